@@ -1,0 +1,46 @@
+"""singa_lite: Apache SINGA's Python API on NumPy and CuPy, with safe, complete checkpoints.
+
+>>> from singa_lite import tensor, autograd
+>>> import numpy as np
+>>> x = tensor.from_numpy(np.ones((2, 3), dtype=np.float32))
+>>> autograd.relu(x - 2).shape
+(2, 3)
+"""
+
+__version__ = "0.1.0"
+
+from singa_lite import backend, device, errors, tensor  # noqa: E402  (order: tensor before ops)
+from singa_lite import autograd, ops  # noqa: E402
+from singa_lite.errors import (  # noqa: E402
+    CheckpointError,
+    CorruptCheckpointError,
+    DeviceError,
+    DistributedError,
+    DTypeError,
+    IncompatibleCheckpointError,
+    OnnxError,
+    ShapeError,
+    SingaLiteError,
+    StateMismatchError,
+    UnsupportedOperatorError,
+)
+
+__all__ = [
+    "CheckpointError",
+    "CorruptCheckpointError",
+    "DTypeError",
+    "DeviceError",
+    "DistributedError",
+    "IncompatibleCheckpointError",
+    "OnnxError",
+    "ShapeError",
+    "SingaLiteError",
+    "StateMismatchError",
+    "UnsupportedOperatorError",
+    "autograd",
+    "backend",
+    "device",
+    "errors",
+    "ops",
+    "tensor",
+]

@@ -1,0 +1,219 @@
+"""Reverse-mode automatic differentiation: the ``Operator`` base and the backward engine.
+
+An operator computes on backend arrays (NumPy or CuPy, whichever its inputs hold): ``forward``
+takes the input arrays and returns the output array(s), saving on ``self`` only what
+``backward`` needs; ``backward`` takes the output gradients and returns one gradient per input
+(``None`` where an input gets none). Calling an operator on tensors runs ``forward`` and, when
+``training`` is on, records the operator as the outputs' ``creator``.
+
+``backward(loss)`` walks the recorded graph once, in topological order, summing the gradients
+of tensors used more than once, and yields ``(param, grad)`` for every tensor that
+``stores_grad`` as soon as all its uses are done. The graph is released as it is walked, so
+memory does not grow across steps.
+
+SINGA's conventions hold: graphs are recorded only while ``autograd.training`` is true (which
+``Model.train()`` sets), and the functional API (``relu``, ``matmul``, ``conv2d``...) is
+importable from here.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import Any
+
+from singa_lite.errors import DeviceError, ShapeError
+from singa_lite.tensor import Tensor
+
+training = False
+"""Record graphs for backward and run layers in training behaviour (Dropout, BatchNorm)."""
+
+_grad_enabled = True
+_tape: list | None = None  # set by graph mode (model.py) to capture the ops of one step
+
+
+@contextlib.contextmanager
+def no_grad() -> Iterator[None]:
+    """Run ops without recording a graph, whatever ``training`` says."""
+    global _grad_enabled
+    old, _grad_enabled = _grad_enabled, False
+    try:
+        yield
+    finally:
+        _grad_enabled = old
+
+
+def is_recording() -> bool:
+    """Whether ops called now are recorded for backward."""
+    return training and _grad_enabled
+
+
+class Operator:
+    """Base class of differentiable operators. Subclasses define ``forward`` and ``backward``.
+
+    Non-tensor arguments (axes, strides, ...) go to ``__init__``; tensors go to ``__call__``.
+    Inside ``forward``/``backward`` use ``self.xp`` (``numpy`` or ``cupy``) for array math.
+    ``self.needs_grad[i]`` tells whether input ``i`` wants a gradient, so backward may skip work.
+    """
+
+    xp: Any = None
+
+    def __init__(self, name: str | None = None) -> None:
+        self.name = name or type(self).__name__
+        self.inputs: tuple[Tensor, ...] = ()
+        self.needs_grad: tuple[bool, ...] = ()
+
+    def __call__(self, *xs: Tensor) -> tuple[Tensor, ...]:
+        dev = _common_device(self, xs)
+        self.xp = dev.xp
+        self.device = dev
+        ys = self.forward(*[x.data for x in xs])
+        if not isinstance(ys, tuple):
+            ys = (ys,)
+        record = training and _grad_enabled and any(x.requires_grad for x in xs)
+        if record:
+            self.inputs = xs
+            self.needs_grad = tuple(x.requires_grad for x in xs)
+            self.out_meta = [(y.shape, y.dtype) for y in ys]
+        creator = self if record else None
+        outs = tuple(Tensor._wrap(y, dev, record, creator, i) for i, y in enumerate(ys))
+        if _tape is not None:
+            _tape.append((self, xs, outs))
+        return outs
+
+    def forward(self, *xs: Any) -> Any:
+        raise NotImplementedError(f"{type(self).__name__} must define forward")
+
+    def backward(self, *dys: Any) -> Any:
+        raise NotImplementedError(f"{type(self).__name__} has no gradient")
+
+    def release(self) -> None:
+        """Drop the links to the inputs once backward has used them."""
+        self.inputs = ()
+
+    def error(self, message: str, *arrays: Any) -> ShapeError:
+        """A ``ShapeError`` naming this op and the shapes of ``arrays``."""
+        shapes = ", ".join(str(tuple(a.shape)) for a in arrays)
+        return ShapeError(f"{self.name}: {message} (input shapes: {shapes})")
+
+
+def _common_device(op: Operator, xs: tuple) -> Any:
+    if not xs:
+        raise TypeError(f"{op.name} needs at least one input tensor")
+    dev = None
+    for x in xs:
+        if not isinstance(x, Tensor):
+            raise TypeError(
+                f"{op.name}: expected Tensor inputs, got {type(x).__name__}; "
+                "wrap arrays with tensor.from_numpy"
+            )
+        if dev is None:
+            dev = x.device
+        elif x.device != dev:
+            desc = ", ".join(f"{tuple(t.shape)} on {t.device}" for t in xs)
+            raise DeviceError(
+                f"{op.name}: inputs are on different devices ({desc}); "
+                "move them with Tensor.to_device first"
+            )
+    return dev
+
+
+def _topological(root: Operator) -> tuple[list[Operator], dict[int, int]]:
+    """Ops reachable from ``root``, outputs before inputs; and how often each leaf is used."""
+    order: list[Operator] = []
+    leaf_uses: dict[int, int] = {}
+    seen = {id(root)}
+    stack: list[tuple[Operator, bool]] = [(root, False)]
+    while stack:
+        op, expanded = stack.pop()
+        if expanded:
+            order.append(op)
+            continue
+        stack.append((op, True))
+        for x in op.inputs:
+            c = x.creator
+            if c is None:
+                if x.requires_grad:
+                    leaf_uses[id(x)] = leaf_uses.get(id(x), 0) + 1
+            elif id(c) not in seen:
+                seen.add(id(c))
+                stack.append((c, False))
+    order.reverse()
+    return order, leaf_uses
+
+
+def backward(y: Tensor, dy: Any = None, retain_graph: bool = False) -> Iterator[tuple]:
+    """Yield ``(param, grad)`` for each tensor with ``stores_grad`` that ``y`` depends on.
+
+    ``dy`` is the gradient of ``y`` (a Tensor or array; ones when omitted). Each param is
+    yielded once, with the sum of the gradients of all its uses, as soon as that sum is final.
+    """
+    if y.creator is None:
+        raise RuntimeError(
+            "backward: this tensor has no recorded graph. Set `autograd.training = True` "
+            "(Model.train() does) before the forward pass, and make sure some input has "
+            "requires_grad=True."
+        )
+    xp = y.device.xp
+    if dy is None:
+        dy = xp.ones(y.shape, dtype=y.dtype)
+    elif isinstance(dy, Tensor):
+        dy = dy.data
+    root = y.creator
+    order, leaf_uses = _topological(root)
+    grads: dict[int, list] = {id(root): [None] * len(root.out_meta)}
+    grads[id(root)][y._index] = dy
+    leaf_grads: dict[int, Any] = {}
+    leaves: dict[int, Tensor] = {}
+    for op in order:
+        dys = grads.pop(id(op), None)
+        if dys is None:
+            continue
+        dys = [
+            d if d is not None else op.xp.zeros(shape, dtype=dt)
+            for d, (shape, dt) in zip(dys, op.out_meta)
+        ]
+        dxs = op.backward(*dys)
+        if not isinstance(dxs, tuple):
+            dxs = (dxs,)
+        if len(dxs) != len(op.inputs):
+            raise RuntimeError(f"{op.name}.backward returned {len(dxs)} grads for {len(op.inputs)} inputs")
+        for x, dx in zip(op.inputs, dxs):
+            if dx is None or not x.requires_grad:
+                continue
+            if dx.shape != x.shape:
+                raise RuntimeError(f"{op.name}.backward: grad shape {dx.shape} != input shape {x.shape}")
+            c = x.creator
+            if c is not None:
+                g = grads.get(id(c))
+                if g is None:
+                    g = grads[id(c)] = [None] * len(c.out_meta)
+                i = x._index
+                g[i] = dx if g[i] is None else g[i] + dx
+                continue
+            k = id(x)
+            leaf_grads[k] = dx if k not in leaf_grads else leaf_grads[k] + dx
+            leaves[k] = x
+            leaf_uses[k] -= 1
+            if leaf_uses[k] == 0 and x.stores_grad:
+                yield x, Tensor._wrap(leaf_grads.pop(k), x.device, False, None, 0)
+        if not retain_graph:
+            op.release()
+    # Leaves whose other uses lay on paths that carried no gradient.
+    for k, g in leaf_grads.items():
+        if leaves[k].stores_grad:
+            yield leaves[k], Tensor._wrap(g, leaves[k].device, False, None, 0)
+
+
+def gradients(y: Tensor, dy: Any = None) -> dict[Tensor, Tensor]:
+    """``{param: grad}`` for every tensor with ``stores_grad`` that ``y`` depends on."""
+    return dict(backward(y, dy))
+
+
+def __getattr__(name: str) -> Any:
+    # The op modules import this one, so the functional API is attached lazily.
+    from singa_lite import ops
+
+    if not name.startswith("_") and hasattr(ops, name):
+        return getattr(ops, name)
+    raise AttributeError(f"module 'singa_lite.autograd' has no attribute {name!r}")

@@ -1,0 +1,52 @@
+"""The one error hierarchy of singa_lite (DESIGN §4).
+
+Every error a user can provoke with bad input derives from :class:`SingaLiteError`, so
+``except singa_lite.SingaLiteError`` catches them all. Errors about bad arguments also derive
+from the matching builtin (``ValueError``/``TypeError``) so generic handlers keep working.
+"""
+
+from __future__ import annotations
+
+
+class SingaLiteError(Exception):
+    """Base class of every error singa_lite raises on purpose."""
+
+
+class ShapeError(SingaLiteError, ValueError):
+    """Operands whose shapes do not fit the operator; the message names op and shapes."""
+
+
+class DTypeError(SingaLiteError, TypeError):
+    """An unsupported or mismatched dtype; the message names op and dtypes."""
+
+
+class DeviceError(SingaLiteError, RuntimeError):
+    """A device is missing, or tensors on different devices were mixed."""
+
+
+class CheckpointError(SingaLiteError):
+    """Base of checkpoint errors; the message names the file and, where known, the key."""
+
+
+class CorruptCheckpointError(CheckpointError):
+    """The file is damaged: checksum mismatch, truncated, not HDF5, or malformed."""
+
+
+class IncompatibleCheckpointError(CheckpointError):
+    """The file is intact but of a format or version this library cannot read."""
+
+
+class StateMismatchError(CheckpointError):
+    """The checkpoint's keys or shapes do not match the model (missing/unexpected/mis-shaped)."""
+
+
+class OnnxError(SingaLiteError):
+    """A malformed ONNX model, or one this library cannot run or write."""
+
+
+class UnsupportedOperatorError(OnnxError):
+    """An ONNX operator (at a given opset) that has no handler."""
+
+
+class DistributedError(SingaLiteError):
+    """A failure of the communicator or a mismatch between ranks."""

@@ -1,0 +1,500 @@
+"""``Tensor``: an array on a device, with the links autograd records.
+
+A tensor wraps one backend array (``numpy.ndarray`` or ``cupy.ndarray``) in ``data``. Arithmetic,
+comparison, indexing, ``reshape`` and ``transpose`` go through differentiable operators, so
+``y = x * w + b`` is recorded while ``autograd.training`` is on. In-place methods
+(``copy_from_numpy``, ``gaussian``, ``+=`` ...) change ``data`` and are not recorded, as in SINGA.
+
+>>> import numpy as np
+>>> from singa_lite import tensor
+>>> t = tensor.from_numpy(np.arange(6, dtype=np.float32).reshape(2, 3))
+>>> (t * 2 + 1).shape
+(2, 3)
+>>> tensor.to_numpy(t.T())[0].tolist()
+[0.0, 3.0]
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from singa_lite import device as _device
+from singa_lite.errors import DTypeError, ShapeError
+
+float16 = np.float16
+float32 = np.float32
+float64 = np.float64
+int32 = np.int32
+int64 = np.int64
+bool_ = np.bool_
+
+SUPPORTED_DTYPES = tuple(np.dtype(t) for t in (float16, float32, float64, int32, int64, bool_))
+
+
+def as_dtype(dtype: Any) -> np.dtype:
+    """``dtype`` as a NumPy dtype, or ``DTypeError`` if singa_lite does not support it."""
+    if dtype is bool:
+        dtype = np.bool_
+    try:
+        d = np.dtype(dtype)
+    except TypeError:
+        raise DTypeError(f"{dtype!r} is not a dtype") from None
+    if d not in SUPPORTED_DTYPES:
+        names = ", ".join(str(t) for t in SUPPORTED_DTYPES)
+        raise DTypeError(f"dtype {d} is not supported; use one of {names} (e.g. arr.astype('float32'))")
+    return d
+
+
+class Tensor:
+    """An n-dimensional array on a device (SINGA's constructor signature).
+
+    ``requires_grad``: ops on this tensor are recorded for backward (SINGA's default: True).
+    ``stores_grad``: ``autograd.backward`` yields this tensor's gradient (parameters).
+    """
+
+    __array_priority__ = 1000  # so `ndarray + tensor` defers to Tensor.__radd__
+
+    def __init__(
+        self,
+        shape: tuple = (),
+        device: _device.Device | None = None,
+        dtype: Any = None,
+        data: Any = None,
+        requires_grad: bool = True,
+        stores_grad: bool = False,
+        creator: Any = None,
+        name: str | None = None,
+    ) -> None:
+        dev = device if device is not None else _device.get_default_device()
+        if data is None:
+            d = as_dtype(float32 if dtype is None else dtype)
+            arr = dev.xp.zeros(tuple(int(s) for s in shape), dtype=d)
+        else:
+            if isinstance(data, Tensor):
+                data = data.data
+            arr = _to_device_array(data, dev)
+            as_dtype(arr.dtype)
+            if dtype is not None and arr.dtype != as_dtype(dtype):
+                arr = arr.astype(as_dtype(dtype))
+        self.data = arr
+        self.device = dev
+        self.requires_grad = requires_grad
+        self.stores_grad = stores_grad
+        self.creator = creator
+        self._index = 0
+        self.name = name
+
+    @classmethod
+    def _wrap(cls, data: Any, dev: Any, requires_grad: bool, creator: Any, index: int) -> Tensor:
+        """Fast path for op outputs: no checks, no copies."""
+        t = cls.__new__(cls)
+        t.data = data
+        t.device = dev
+        t.requires_grad = requires_grad
+        t.stores_grad = False
+        t.creator = creator
+        t._index = index
+        t.name = None
+        return t
+
+    # -- properties -------------------------------------------------------------------------
+    @property
+    def shape(self) -> tuple:
+        return self.data.shape
+
+    @property
+    def dtype(self) -> np.dtype:
+        return self.data.dtype
+
+    def ndim(self) -> int:
+        return self.data.ndim
+
+    def size(self) -> int:
+        return int(self.data.size)
+
+    def nbytes(self) -> int:
+        return int(self.data.nbytes)
+
+    def is_empty(self) -> bool:
+        return self.data.size == 0
+
+    def __len__(self) -> int:
+        if not self.data.ndim:
+            raise TypeError("len() of a 0-d tensor")
+        return self.data.shape[0]
+
+    def __repr__(self) -> str:
+        name = f", name={self.name!r}" if self.name else ""
+        return f"Tensor(shape={self.shape}, dtype={self.dtype}, device={self.device}{name})"
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        arr = self.device.backend.to_numpy(self.data)
+        return arr if dtype is None else arr.astype(dtype)
+
+    def __bool__(self) -> bool:
+        return bool(self.data)
+
+    def __float__(self) -> float:
+        return float(self.data)
+
+    def __int__(self) -> int:
+        return int(self.data)
+
+    __hash__ = object.__hash__
+
+    # -- copies and conversions (not recorded) ----------------------------------------------
+    def copy_from_numpy(self, np_array: Any, offset: int = 0) -> None:
+        """Copy a NumPy array's values into this tensor (same number of elements)."""
+        src = np.asarray(np_array)
+        if offset or src.size != self.size():
+            flat = self.device.backend.to_numpy(self.data).reshape(-1).copy()
+            if offset + src.size > flat.size:
+                raise ShapeError(
+                    f"copy_from_numpy: {src.size} values at offset {offset} do not fit a "
+                    f"tensor of shape {self.shape}"
+                )
+            flat[offset : offset + src.size] = src.reshape(-1)
+            src = flat
+        self.data = self.device.backend.from_numpy(
+            np.ascontiguousarray(src.reshape(self.shape), dtype=self.dtype), self.device.id()
+        )
+
+    def copy_from(self, t: Tensor | Any) -> None:
+        """Copy another tensor's (or array's) values into this one, across devices if needed."""
+        src = t.data if isinstance(t, Tensor) else t
+        if tuple(src.shape) != self.shape:
+            raise ShapeError(f"copy_from: source shape {tuple(src.shape)} != target shape {self.shape}")
+        arr = _to_device_array(src, self.device)
+        if arr.dtype != self.dtype:
+            arr = arr.astype(self.dtype)
+        self.data[...] = arr
+
+    copy_data = copy_from
+
+    def clone(self) -> Tensor:
+        """A deep copy with the same flags and name (not recorded)."""
+        t = Tensor._wrap(self.data.copy(), self.device, self.requires_grad, None, 0)
+        t.stores_grad = self.stores_grad
+        t.name = self.name
+        return t
+
+    def to_device(self, dev: _device.Device) -> Tensor:
+        """Move this tensor to ``dev`` in place; returns ``self``."""
+        if dev != self.device:
+            self.data = _to_device_array(self.data, dev)
+            self.device = dev
+        return self
+
+    def to_host(self) -> Tensor:
+        """Move this tensor to the CPU in place; returns ``self``."""
+        return self.to_device(_device.create_cpu_device())
+
+    def numpy(self) -> np.ndarray:
+        return self.__array__()
+
+    def as_type(self, dtype: Any) -> Tensor:
+        """A new tensor cast to ``dtype`` (recorded: float casts are differentiable)."""
+        from singa_lite.ops.shape import cast
+
+        return cast(self, as_dtype(dtype))
+
+    astype = as_type
+
+    # -- in-place fills (not recorded) ------------------------------------------------------
+    def set_value(self, x: Any) -> Tensor:
+        """Fill every element with ``x``."""
+        self.data[...] = x
+        return self
+
+    def gaussian(self, mean: float = 0.0, std: float = 1.0) -> Tensor:
+        """Fill with normal samples from this device's seeded generator."""
+        rng = self.device.rng
+        self.data[...] = rng.standard_normal(self.shape, dtype=_float_for(self.dtype)) * std + mean
+        return self
+
+    def uniform(self, low: float = 0.0, high: float = 1.0) -> Tensor:
+        """Fill with uniform samples in [low, high) from this device's seeded generator."""
+        rng = self.device.rng
+        self.data[...] = rng.random(self.shape, dtype=_float_for(self.dtype)) * (high - low) + low
+        return self
+
+    def bernoulli(self, p: float) -> Tensor:
+        """Fill with 1 with probability ``p``, else 0."""
+        rng = self.device.rng
+        self.data[...] = rng.random(self.shape, dtype=_float_for(self.dtype)) < p
+        return self
+
+    # -- recorded shape ops -----------------------------------------------------------------
+    def reshape(self, *shape: Any) -> Tensor:
+        from singa_lite.ops.shape import reshape
+
+        if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
+            shape = tuple(shape[0])
+        return reshape(self, shape)
+
+    def transpose(self, axes: Any = None) -> Tensor:
+        from singa_lite.ops.shape import transpose
+
+        return transpose(self, axes)
+
+    def T(self) -> Tensor:  # noqa: N802 (SINGA's name: a method, not a property)
+        """The transpose (reversed axes), as SINGA's ``Tensor.T()``."""
+        return self.transpose()
+
+    def __getitem__(self, key: Any) -> Tensor:
+        from singa_lite.ops.shape import getitem
+
+        return getitem(self, key)
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        """In-place, unrecorded assignment (for filling inputs, not for training graphs)."""
+        self.data[key] = value.data if isinstance(value, Tensor) else value
+
+    # -- arithmetic (recorded) --------------------------------------------------------------
+    def _other(self, x: Any) -> Tensor:
+        if isinstance(x, Tensor):
+            return x
+        if isinstance(x, (bool, int, float, np.number)) or (
+            isinstance(x, np.ndarray) and x.ndim == 0
+        ):
+            dt = self.dtype
+            if dt.kind in "iub" and not isinstance(x, (bool, int, np.integer)):
+                dt = np.dtype(float32)
+            arr = self.device.xp.asarray(x, dtype=dt)
+        else:
+            arr = _to_device_array(x, self.device)
+        return Tensor._wrap(arr, self.device, False, None, 0)
+
+    def __add__(self, x: Any) -> Tensor:
+        return _ew().add(self, self._other(x))
+
+    def __radd__(self, x: Any) -> Tensor:
+        return _ew().add(self._other(x), self)
+
+    def __sub__(self, x: Any) -> Tensor:
+        return _ew().sub(self, self._other(x))
+
+    def __rsub__(self, x: Any) -> Tensor:
+        return _ew().sub(self._other(x), self)
+
+    def __mul__(self, x: Any) -> Tensor:
+        return _ew().mul(self, self._other(x))
+
+    def __rmul__(self, x: Any) -> Tensor:
+        return _ew().mul(self._other(x), self)
+
+    def __truediv__(self, x: Any) -> Tensor:
+        return _ew().div(self, self._other(x))
+
+    def __rtruediv__(self, x: Any) -> Tensor:
+        return _ew().div(self._other(x), self)
+
+    def __pow__(self, x: Any) -> Tensor:
+        return _ew().pow(self, self._other(x))
+
+    def __rpow__(self, x: Any) -> Tensor:
+        return _ew().pow(self._other(x), self)
+
+    def __matmul__(self, x: Any) -> Tensor:
+        from singa_lite.ops.linalg import matmul
+
+        return matmul(self, self._other(x))
+
+    def __neg__(self) -> Tensor:
+        return _ew().neg(self)
+
+    def __abs__(self) -> Tensor:
+        return _ew().abs(self)
+
+    def __lt__(self, x: Any) -> Tensor:
+        return _ew().less(self, self._other(x))
+
+    def __le__(self, x: Any) -> Tensor:
+        return _ew().less_equal(self, self._other(x))
+
+    def __gt__(self, x: Any) -> Tensor:
+        return _ew().greater(self, self._other(x))
+
+    def __ge__(self, x: Any) -> Tensor:
+        return _ew().greater_equal(self, self._other(x))
+
+    def __eq__(self, x: Any) -> Tensor:  # type: ignore[override]
+        return _ew().equal(self, self._other(x))
+
+    def __ne__(self, x: Any) -> Tensor:  # type: ignore[override]
+        return _ew().logical_not(_ew().equal(self, self._other(x)))
+
+    # In-place arithmetic changes `data` without recording, as SINGA's does.
+    def __iadd__(self, x: Any) -> Tensor:
+        self.data += self._other(x).data
+        return self
+
+    def __isub__(self, x: Any) -> Tensor:
+        self.data -= self._other(x).data
+        return self
+
+    def __imul__(self, x: Any) -> Tensor:
+        self.data *= self._other(x).data
+        return self
+
+    def __itruediv__(self, x: Any) -> Tensor:
+        self.data /= self._other(x).data
+        return self
+
+
+def _ew() -> Any:
+    from singa_lite.ops import elementwise
+
+    return elementwise
+
+
+def _float_for(dtype: np.dtype) -> Any:
+    # Generators sample float32/float64 only; float16 and integer tensors sample float32.
+    return dtype if dtype in (np.float32, np.float64) else np.float32
+
+
+def _to_device_array(data: Any, dev: _device.Device) -> Any:
+    """``data`` (any array-like, any device) as an array of ``dev``'s backend."""
+    from singa_lite import backend
+
+    src = backend.backend_of(data)
+    if src is dev.backend and (src.name == "numpy" or int(data.device.id) == dev.id()):
+        return data
+    host = src.to_numpy(data) if src.name != "numpy" else np.asarray(data)
+    return dev.backend.from_numpy(host, dev.id())
+
+
+# -- module functions (SINGA's tensor API) ---------------------------------------------------
+PlaceHolder = Tensor
+
+
+def from_numpy(np_array: Any, dev: _device.Device | None = None) -> Tensor:
+    """A tensor holding a copy of ``np_array`` (on ``dev``, the default device if omitted)."""
+    arr = np.asarray(np_array)
+    if arr.dtype == object:
+        raise DTypeError("from_numpy: object arrays are not supported")
+    as_dtype(arr.dtype)
+    dev = dev if dev is not None else _device.get_default_device()
+    data = dev.backend.from_numpy(np.array(arr, copy=True), dev.id())
+    return Tensor(device=dev, data=data, requires_grad=False)
+
+
+def to_numpy(t: Tensor) -> np.ndarray:
+    """A NumPy copy of ``t``'s values (from any device)."""
+    return np.array(t.__array__(), copy=True)
+
+
+def to_host(t: Tensor) -> Tensor:
+    return t.clone().to_host()
+
+
+def zeros(shape: tuple, device: _device.Device | None = None, dtype: Any = float32) -> Tensor:
+    return Tensor(tuple(shape), device, dtype)
+
+
+def ones(shape: tuple, device: _device.Device | None = None, dtype: Any = float32) -> Tensor:
+    return Tensor(tuple(shape), device, dtype).set_value(1)
+
+
+def random(shape: tuple, device: _device.Device | None = None) -> Tensor:
+    """Uniform samples in [0, 1) from the device's generator."""
+    return Tensor(tuple(shape), device).uniform(0.0, 1.0)
+
+
+def zeros_like(t: Tensor) -> Tensor:
+    return Tensor(t.shape, t.device, t.dtype)
+
+
+def ones_like(t: Tensor) -> Tensor:
+    return Tensor(t.shape, t.device, t.dtype).set_value(1)
+
+
+def full(shape: tuple, value: Any, device: _device.Device | None = None, dtype: Any = float32) -> Tensor:
+    return Tensor(tuple(shape), device, dtype).set_value(value)
+
+
+def reshape(t: Tensor, shape: tuple) -> Tensor:
+    return t.reshape(shape)
+
+
+def transpose(t: Tensor, axes: Any = None) -> Tensor:
+    return t.transpose(axes)
+
+
+def concatenate(tensors: list[Tensor], axis: int = 0) -> Tensor:
+    from singa_lite.ops.shape import cat
+
+    return cat(list(tensors), axis)
+
+
+def sum(t: Tensor, axis: Any = None, keepdims: bool = False) -> Tensor:  # noqa: A001
+    from singa_lite.ops.reduce import reduce_sum
+
+    return reduce_sum(t, axis, keepdims)
+
+
+def einsum(subscripts: str, *operands: Tensor) -> Tensor:
+    from singa_lite.ops.linalg import einsum as _einsum
+
+    return _einsum(subscripts, *operands)
+
+
+def tensordot(a: Tensor, b: Tensor, axes: Any = 2) -> Tensor:
+    from singa_lite.ops.linalg import tensordot as _tensordot
+
+    return _tensordot(a, b, axes)
+
+
+def _unary(opname: str) -> Any:
+    def f(t: Tensor) -> Tensor:
+        from singa_lite import ops
+
+        return getattr(ops, opname)(t)
+
+    f.__name__ = opname
+    f.__doc__ = f"Elementwise {opname} (recorded by autograd)."
+    return f
+
+
+exp = _unary("exp")
+log = _unary("log")
+sqrt = _unary("sqrt")
+abs = _unary("abs")  # noqa: A001
+sign = _unary("sign")
+sigmoid = _unary("sigmoid")
+relu = _unary("relu")
+tanh = _unary("tanh")
+square = _unary("square")
+
+
+def pow(t: Tensor, x: Any) -> Tensor:  # noqa: A001
+    return t ** x
+
+
+def add(a: Tensor, b: Any) -> Tensor:
+    return a + b
+
+
+def sub(a: Tensor, b: Any) -> Tensor:
+    return a - b
+
+
+def eltwise_mult(a: Tensor, b: Any) -> Tensor:
+    return a * b
+
+
+def div(a: Tensor, b: Any) -> Tensor:
+    return a / b
+
+
+def mult(a: Tensor, b: Tensor) -> Tensor:
+    """Matrix product (SINGA's ``tensor.mult``)."""
+    return a @ b
+
+
+def softmax(t: Tensor, axis: int = -1) -> Tensor:
+    from singa_lite.ops.activation import softmax as _softmax
+
+    return _softmax(t, axis)

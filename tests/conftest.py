@@ -1,0 +1,43 @@
+"""Shared fixtures: the device grid and hypothesis profiles."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from hypothesis import HealthCheck, settings
+
+from singa_lite import autograd, device
+
+settings.register_profile(
+    "ci",
+    max_examples=int(os.environ.get("SINGA_LITE_EXAMPLES", "12")),
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+settings.register_profile("thorough", max_examples=200, deadline=None)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+
+def _gpu_skip_reason() -> str:
+    from singa_lite.backend import cupy as cupy_backend
+
+    return f"needs a CUDA GPU: {cupy_backend.UNAVAILABLE_REASON}"
+
+
+@pytest.fixture(params=["cpu", "gpu"])
+def dev(request: pytest.FixtureRequest) -> device.Device:
+    """Every device-parametrised test runs on the CPU and, where CuPy sees one, on a GPU."""
+    if request.param == "gpu":
+        if device.get_num_gpus() == 0:
+            pytest.skip(_gpu_skip_reason())
+        return device.create_cuda_gpu()
+    return device.create_cpu_device()
+
+
+@pytest.fixture(autouse=True)
+def _training_off() -> object:
+    """Each test starts with autograd.training off and leaves it that way."""
+    autograd.training = False
+    yield
+    autograd.training = False
