@@ -29,7 +29,9 @@ training = False
 """Record graphs for backward and run layers in training behaviour (Dropout, BatchNorm)."""
 
 _grad_enabled = True
-_tape: list | None = None  # set by graph mode (model.py) to capture the ops of one step
+# Graph mode (model.py) sets these while it records or replays one training step.
+_tape: list | None = None  # receives (op, inputs, outputs) per op call, and ("step", fn, args)
+_retain_graph = False  # keep the graph after backward so the step can be replayed
 
 
 @contextlib.contextmanager
@@ -82,10 +84,10 @@ class Operator:
         return outs
 
     def forward(self, *xs: Any) -> Any:
-        raise NotImplementedError(f"{type(self).__name__} must define forward")
+        raise TypeError(f"{type(self).__name__} must define forward")
 
     def backward(self, *dys: Any) -> Any:
-        raise NotImplementedError(f"{type(self).__name__} has no gradient")
+        raise TypeError(f"{type(self).__name__} defines no backward, so it has no gradient")
 
     def release(self) -> None:
         """Drop the links to the inputs once backward has used them."""
@@ -142,12 +144,32 @@ def _topological(root: Operator) -> tuple[list[Operator], dict[int, int]]:
     return order, leaf_uses
 
 
-def backward(y: Tensor, dy: Any = None, retain_graph: bool = False) -> Iterator[tuple]:
+def run_step(fn: Any, *args: Any) -> Any:
+    """Run an update step (backward + optimizer) and, in graph mode, record it for replay.
+
+    Optimizers call their update through this, so graph mode can replay the whole step; the
+    ops the step itself calls are not recorded as forward ops.
+    """
+    global _tape
+    tape = _tape
+    if tape is None:
+        return fn(*args)
+    tape.append(("step", fn, args))
+    _tape = None
+    try:
+        return fn(*args)
+    finally:
+        _tape = tape
+
+
+def backward(y: Tensor, dy: Any = None, retain_graph: bool | None = None) -> Iterator[tuple]:
     """Yield ``(param, grad)`` for each tensor with ``stores_grad`` that ``y`` depends on.
 
     ``dy`` is the gradient of ``y`` (a Tensor or array; ones when omitted). Each param is
     yielded once, with the sum of the gradients of all its uses, as soon as that sum is final.
     """
+    if retain_graph is None:
+        retain_graph = _retain_graph
     if y.creator is None:
         raise RuntimeError(
             "backward: this tensor has no recorded graph. Set `autograd.training = True` "

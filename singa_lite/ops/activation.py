@@ -1,3 +1,446 @@
-"""(to be written)"""
+"""Activation functions, softmax and ``add_bias``.
 
-__all__: list[str] = []
+``relu``, ``sigmoid``, ``tanh``, ``softmax`` and ``add_bias`` run in every training step, so
+they work in place on their own temporaries and save the output (not the input) where the
+gradient can be written in terms of it. All keep the input's dtype; everything but ``relu``,
+``add_bias`` and ``identity`` needs a floating-point input and raises ``DTypeError`` otherwise.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from singa_lite.ops._util import normalize_axis, unbroadcast
+from singa_lite.ops.unary import FloatOp, erf_array
+from singa_lite.tensor import Tensor
+
+__all__ = [
+    "AddBias",
+    "Elu",
+    "Gelu",
+    "HardSigmoid",
+    "Identity",
+    "LeakyRelu",
+    "LogSoftmax",
+    "PRelu",
+    "ReLU",
+    "SeLU",
+    "Sigmoid",
+    "SoftMax",
+    "SoftPlus",
+    "SoftSign",
+    "Tanh",
+    "add_bias",
+    "elu",
+    "gelu",
+    "hardsigmoid",
+    "hardswish",
+    "identity",
+    "leakyrelu",
+    "log_softmax",
+    "prelu",
+    "relu",
+    "selu",
+    "sigmoid",
+    "softmax",
+    "softplus",
+    "softsign",
+    "tanh",
+]
+
+
+def sigmoid_array(xp: Any, x: Any) -> Any:
+    """1 / (1 + e^-x) that never overflows and stays exact in the tails (e^x / (1 + e^x) for x < 0)."""
+    e = xp.abs(x)
+    xp.negative(e, out=e)
+    xp.exp(e, out=e)  # e = exp(-|x|) in (0, 1]
+    y = e + 1
+    xp.reciprocal(y, out=y)  # 1 / (1 + e): the value for x >= 0
+    e *= y  # e / (1 + e): the value for x < 0
+    xp.copyto(y, e, where=x < 0)
+    return y
+
+
+# -- the every-step activations ----------------------------------------------------------------
+class ReLU(FloatOp):
+    kinds = "fiu"
+
+    def forward(self, x: Any) -> Any:
+        self.y = self.xp.maximum(x, 0)
+        return self.y
+
+    def backward(self, dy: Any) -> Any:
+        return dy * (self.y > 0)
+
+
+class Sigmoid(FloatOp):
+    def forward(self, x: Any) -> Any:
+        self.y = sigmoid_array(self.xp, x)
+        return self.y
+
+    def backward(self, dy: Any) -> Any:
+        g = 1 - self.y
+        g *= self.y
+        g *= dy
+        return g
+
+
+class Tanh(FloatOp):
+    def forward(self, x: Any) -> Any:
+        self.y = self.xp.tanh(x)
+        return self.y
+
+    def backward(self, dy: Any) -> Any:
+        g = self.y * self.y
+        self.xp.subtract(1, g, out=g)
+        g *= dy
+        return g
+
+
+class SoftMax(FloatOp):
+    """exp(x) / sum(exp(x)) along ``axis``, shifted by the max so exp cannot overflow."""
+
+    def __init__(self, axis: int = 1) -> None:
+        super().__init__()
+        self.axis = axis
+
+    def forward(self, x: Any) -> Any:
+        self.a = a = normalize_axis(self.axis, x.ndim, self.name)
+        y = x - x.max(axis=a, keepdims=True)
+        self.xp.exp(y, out=y)
+        y /= y.sum(axis=a, keepdims=True)
+        self.y = y
+        return y
+
+    def backward(self, dy: Any) -> Any:
+        y = self.y
+        dx = dy - (dy * y).sum(axis=self.a, keepdims=True)
+        dx *= y
+        return dx
+
+
+class LogSoftmax(FloatOp):
+    """x - log(sum(exp(x))) along ``axis``, computed without overflow."""
+
+    def __init__(self, axis: int = 1) -> None:
+        super().__init__()
+        self.axis = axis
+
+    def forward(self, x: Any) -> Any:
+        xp = self.xp
+        self.a = a = normalize_axis(self.axis, x.ndim, self.name)
+        y = x - x.max(axis=a, keepdims=True)
+        y -= xp.log(xp.exp(y).sum(axis=a, keepdims=True))
+        self.y = y
+        return y
+
+    def backward(self, dy: Any) -> Any:
+        g = self.xp.exp(self.y)  # the softmax
+        g *= dy.sum(axis=self.a, keepdims=True)
+        return dy - g
+
+
+class AddBias(FloatOp):
+    """SINGA's bias add: ``axis=0`` adds ``b`` to every row, ``axis=1`` to every column."""
+
+    kinds = "fiu"
+
+    def __init__(self, axis: int = 0) -> None:
+        super().__init__()
+        if axis not in (0, 1):
+            raise ValueError(f"AddBias: axis must be 0 (add b to each row) or 1 (to each column), got {axis}")
+        self.axis = axis
+
+    def forward(self, x: Any, b: Any) -> Any:
+        # axis 0: b runs along x's last axis; axis 1: along its first axis (rows of a matrix).
+        along = x.ndim - 1 if self.axis == 0 else 0
+        if b.ndim != 1 or x.ndim < 1 or x.shape[along] != b.shape[0]:
+            side = "last" if self.axis == 0 else "first"
+            raise self.error(f"axis={self.axis} needs a 1-d b as long as x's {side} axis", x, b)
+        self.bshape = b.shape
+        return x + b if self.axis == 0 else x + b.reshape(b.shape + (1,) * (x.ndim - 1))
+
+    def backward(self, dy: Any) -> tuple:
+        db = None
+        if self.needs_grad[1]:
+            n = self.bshape[0]
+            db = dy.reshape(-1, n).sum(axis=0) if self.axis == 0 else dy.reshape(n, -1).sum(axis=1)
+        return dy, db
+
+
+# -- rectifier variants ------------------------------------------------------------------------
+class LeakyRelu(FloatOp):
+    def __init__(self, a: float = 0.01) -> None:
+        super().__init__()
+        self.a = a
+
+    def forward(self, x: Any) -> Any:
+        self.pos = x > 0
+        return self.xp.where(self.pos, x, x * self.a)
+
+    def backward(self, dy: Any) -> Any:
+        return self.xp.where(self.pos, dy, dy * self.a)
+
+
+class Elu(FloatOp):
+    def __init__(self, alpha: float = 1.0) -> None:
+        super().__init__()
+        self.alpha = alpha
+
+    def forward(self, x: Any) -> Any:
+        xp = self.xp
+        self.pos = x > 0
+        neg = xp.expm1(xp.minimum(x, 0))  # min(x, 0): exp must not overflow on the unused branch
+        neg *= self.alpha
+        self.y = xp.where(self.pos, x, neg)
+        return self.y
+
+    def backward(self, dy: Any) -> Any:
+        # For x <= 0, d/dx alpha (e^x - 1) = alpha e^x = y + alpha.
+        return self.xp.where(self.pos, dy, dy * (self.y + self.alpha))
+
+
+class SeLU(Elu):
+    """gamma * elu(x, alpha), with the self-normalising constants as defaults."""
+
+    def __init__(
+        self, alpha: float = 1.67326319217681884765625, gamma: float = 1.05070102214813232421875
+    ) -> None:
+        super().__init__(alpha)
+        self.gamma = gamma
+
+    def forward(self, x: Any) -> Any:
+        self.y = super().forward(x) * self.gamma
+        return self.y
+
+    def backward(self, dy: Any) -> Any:
+        return self.xp.where(self.pos, dy * self.gamma, dy * (self.y + self.gamma * self.alpha))
+
+
+class PRelu(FloatOp):
+    """ONNX PRelu: ``x`` where positive, else ``slope * x``; ``slope`` broadcasts to ``x``."""
+
+    def forward(self, x: Any, slope: Any) -> Any:
+        try:
+            fits = self.xp.broadcast_shapes(x.shape, slope.shape) == x.shape
+        except ValueError:
+            fits = False
+        if not fits:
+            raise self.error("slope must broadcast to the input's shape", x, slope)
+        self.x, self.slope, self.pos = x, slope, x > 0
+        return self.xp.where(self.pos, x, x * slope).astype(x.dtype, copy=False)
+
+    def backward(self, dy: Any) -> tuple:
+        xp, x, slope = self.xp, self.x, self.slope
+        dx = dslope = None
+        if self.needs_grad[0]:
+            dx = xp.where(self.pos, dy, dy * slope).astype(x.dtype, copy=False)
+        if self.needs_grad[1]:
+            dslope = unbroadcast(xp.where(self.pos, 0, dy * x), slope.shape).astype(slope.dtype, copy=False)
+        return dx, dslope
+
+
+# -- smooth and saturating ---------------------------------------------------------------------
+class HardSigmoid(FloatOp):
+    def __init__(self, alpha: float = 0.2, gamma: float = 0.5) -> None:
+        super().__init__()
+        self.alpha, self.gamma = alpha, gamma
+
+    def forward(self, x: Any) -> Any:
+        z = x * self.alpha
+        z += self.gamma
+        self.inside = (z > 0) & (z < 1)
+        return self.xp.clip(z, 0, 1, out=z)
+
+    def backward(self, dy: Any) -> Any:
+        return dy * self.inside * self.alpha
+
+
+class SoftPlus(FloatOp):
+    """log(1 + e^x), as log1p(e^-|x|) + max(x, 0) so it neither overflows nor loses the tail."""
+
+    def forward(self, x: Any) -> Any:
+        xp = self.xp
+        self.x = x
+        y = xp.abs(x)
+        xp.negative(y, out=y)
+        xp.exp(y, out=y)
+        xp.log1p(y, out=y)
+        y += xp.maximum(x, 0)
+        return y
+
+    def backward(self, dy: Any) -> Any:
+        return dy * sigmoid_array(self.xp, self.x)
+
+
+class SoftSign(FloatOp):
+    def forward(self, x: Any) -> Any:
+        self.d = d = self.xp.abs(x)
+        d += 1
+        return x / d
+
+    def backward(self, dy: Any) -> Any:
+        return dy / (self.d * self.d)
+
+
+_GELU_C = math.sqrt(2 / math.pi)
+_GELU_K = 0.044715
+_INV_SQRT2 = 1 / math.sqrt(2)
+_INV_SQRT_2PI = 1 / math.sqrt(2 * math.pi)
+
+
+class Gelu(FloatOp):
+    """x * Phi(x): exact with erf, or the tanh approximation of Hendrycks & Gimpel."""
+
+    def __init__(self, approximate: str = "none") -> None:
+        super().__init__()
+        if approximate not in ("none", "tanh"):
+            raise ValueError(f"Gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
+        self.approximate = approximate
+
+    def forward(self, x: Any) -> Any:
+        xp = self.xp
+        self.x = x
+        if self.approximate == "tanh":
+            u = x * x
+            u *= _GELU_K
+            u += 1
+            u *= x
+            u *= _GELU_C  # u = c (x + k x^3)
+            self.t = xp.tanh(u, out=u)
+            cdf = self.t + 1
+        else:
+            cdf = erf_array(xp, x * _INV_SQRT2)
+            cdf += 1
+        cdf *= 0.5
+        self.cdf = cdf
+        return x * cdf
+
+    def backward(self, dy: Any) -> Any:
+        xp, x = self.xp, self.x
+        if self.approximate == "tanh":
+            # d/dx 0.5 x (1 + t) = 0.5 (1 + t) + 0.5 x (1 - t^2) c (1 + 3k x^2)
+            g = x * x
+            g *= 3 * _GELU_K
+            g += 1
+            g *= 1 - self.t * self.t
+            g *= (0.5 * _GELU_C) * x
+        else:
+            # d/dx x Phi(x) = Phi(x) + x phi(x)
+            g = x * x
+            g *= -0.5
+            xp.exp(g, out=g)
+            g *= _INV_SQRT_2PI * x
+        g += self.cdf
+        g *= dy
+        return g
+
+
+class Identity(FloatOp):
+    """The input itself; like SINGA's, the output shares the input's data."""
+
+    kinds = "fiub"
+
+    def forward(self, x: Any) -> Any:
+        return x
+
+    def backward(self, dy: Any) -> Any:
+        return dy
+
+
+# -- functions ---------------------------------------------------------------------------------
+def relu(x: Tensor) -> Tensor:
+    """``max(x, 0)`` elementwise (float or integer); the gradient at 0 is 0.
+
+    >>> import numpy as np
+    >>> from singa_lite import tensor
+    >>> tensor.to_numpy(relu(tensor.from_numpy(np.array([-1.0, 2.0])))).tolist()
+    [0.0, 2.0]
+    """
+    return ReLU()(x)[0]
+
+
+def sigmoid(x: Tensor) -> Tensor:
+    """The logistic function ``1 / (1 + e^-x)`` elementwise, without overflow."""
+    return Sigmoid()(x)[0]
+
+
+def tanh(x: Tensor) -> Tensor:
+    """Hyperbolic tangent elementwise."""
+    return Tanh()(x)[0]
+
+
+def softmax(x: Tensor, axis: int = 1) -> Tensor:
+    """Softmax along ``axis`` (SINGA's default 1: the class axis of an (N, C) batch)."""
+    return SoftMax(axis)(x)[0]
+
+
+def log_softmax(x: Tensor, axis: int = 1) -> Tensor:
+    """``log(softmax(x, axis))``, computed stably."""
+    return LogSoftmax(axis)(x)[0]
+
+
+def add_bias(x: Tensor, b: Tensor, axis: int = 0) -> Tensor:
+    """SINGA's bias add: ``axis=0`` adds ``b`` (length C) to every row of an (N, C) ``x``;
+    ``axis=1`` adds ``b`` (length N) to every column.
+
+    For inputs of more dimensions, ``axis=0`` matches ``b`` to the last axis and ``axis=1`` to
+    the first.
+    """
+    return AddBias(axis)(x, b)[0]
+
+
+def leakyrelu(x: Tensor, a: float = 0.01) -> Tensor:
+    """``x`` where positive, else ``a * x``."""
+    return LeakyRelu(a)(x)[0]
+
+
+def elu(x: Tensor, alpha: float = 1.0) -> Tensor:
+    """``x`` where positive, else ``alpha * (e^x - 1)``."""
+    return Elu(alpha)(x)[0]
+
+
+def selu(
+    x: Tensor, alpha: float = 1.67326319217681884765625, gamma: float = 1.05070102214813232421875
+) -> Tensor:
+    """Scaled ELU: ``gamma * (x if x > 0 else alpha * (e^x - 1))`` (ONNX Selu defaults)."""
+    return SeLU(alpha, gamma)(x)[0]
+
+
+def prelu(x: Tensor, slope: Tensor) -> Tensor:
+    """``x`` where positive, else ``slope * x``; ``slope`` broadcasts to ``x`` (ONNX PRelu).
+
+    For per-channel slopes of an (N, C, H, W) input give ``slope`` the shape (C, 1, 1).
+    """
+    return PRelu()(x, slope)[0]
+
+
+def hardsigmoid(x: Tensor, alpha: float = 0.2, gamma: float = 0.5) -> Tensor:
+    """``max(0, min(1, alpha * x + gamma))`` (ONNX HardSigmoid)."""
+    return HardSigmoid(alpha, gamma)(x)[0]
+
+
+def hardswish(x: Tensor) -> Tensor:
+    """``x * hardsigmoid(x, 1/6, 0.5)`` (ONNX HardSwish)."""
+    return x * hardsigmoid(x, 1 / 6, 0.5)
+
+
+def softplus(x: Tensor) -> Tensor:
+    """``log(1 + e^x)`` elementwise, stable for large ``|x|``."""
+    return SoftPlus()(x)[0]
+
+
+def softsign(x: Tensor) -> Tensor:
+    """``x / (1 + |x|)`` elementwise."""
+    return SoftSign()(x)[0]
+
+
+def gelu(x: Tensor, approximate: str = "none") -> Tensor:
+    """Gaussian error linear unit ``x * Phi(x)``; ``approximate='tanh'`` uses the tanh formula."""
+    return Gelu(approximate)(x)[0]
+
+
+def identity(x: Tensor) -> Tensor:
+    """``x`` unchanged (ONNX Identity); the result shares ``x``'s data, as SINGA's does."""
+    return Identity()(x)[0]

@@ -1,3 +1,460 @@
-"""(to be written)"""
+"""Convolutions: ``conv2d`` (groups, depthwise), ``conv_transpose2d`` and ``conv1d``.
 
-__all__: list[str] = []
+The CPU strategy is im2col + one GEMM. The image is copied once into a padded NHWC buffer;
+a strided *view* of it lists every receptive field, and one reshape copies that view into the
+``(N*Ho*Wo, kh*kw*C)`` column matrix, whose rows are contiguous runs of ``kw*C`` values.
+One GEMM against the ``(kh*kw*C, O)`` weight matrix gives the output in NHWC order. Backward
+reuses the column matrix for the weight gradient, and scatters the column gradient back with
+``col2im``: a loop over the ``kh*kw`` kernel taps, each a vectorised strided add.
+Groups run as a batch of GEMMs. Depthwise convs (one input channel per group) skip im2col:
+they are a sum over taps of shifted views times per-channel weights.
+
+``im2col``/``col2im`` are written against ``xp`` so the same code runs on CuPy; a GPU backend
+may swap in raw kernels behind them. Padding is ``(top, bottom, left, right)`` (SINGA's
+convention; ONNX's ``pads`` are ``(top, left, bottom, right)``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from singa_lite.autograd import Operator
+from singa_lite.errors import DTypeError
+from singa_lite.tensor import Tensor
+
+__all__ = [
+    "Conv2d",
+    "ConvTranspose2d",
+    "Conv1d",
+    "conv2d",
+    "conv_transpose2d",
+    "conv1d",
+    "conv_output_size",
+    "same_padding",
+]
+
+Pads = tuple[int, int, int, int]
+
+
+# -- geometry ----------------------------------------------------------------------------------
+def _pair(v: Any, what: str, least: int = 1) -> tuple[int, int]:
+    pair = (int(v), int(v)) if isinstance(v, int) else tuple(int(a) for a in v)
+    if len(pair) != 2 or min(pair) < least:
+        raise ValueError(f"{what} must be an int or a pair of ints >= {least}, got {v!r}")
+    return pair  # type: ignore[return-value]
+
+
+def _pads(padding: Any) -> Pads:
+    """``int``, ``(ph, pw)`` or ``(top, bottom, left, right)`` as a 4-tuple."""
+    if isinstance(padding, int):
+        p = (padding,) * 4
+    else:
+        p = tuple(int(a) for a in padding)
+        if len(p) == 2:
+            p = (p[0], p[0], p[1], p[1])
+    if len(p) != 4 or min(p) < 0:
+        raise ValueError(
+            f"padding must be an int, (ph, pw) or (top, bottom, left, right) >= 0, got {padding!r}"
+        )
+    return p  # type: ignore[return-value]
+
+
+def conv_output_size(
+    in_size: int,
+    kernel: int,
+    stride: int = 1,
+    padding: int | tuple[int, int] = 0,
+    dilation: int = 1,
+    ceil_mode: bool = False,
+) -> int:
+    """Output length of a convolution or pooling window along one axis.
+
+    ``padding`` is per side, or ``(begin, end)``. ``ceil_mode`` (pooling) keeps a last partial
+    window, but never one that starts inside the end padding (PyTorch's and ONNX's rule).
+
+    >>> conv_output_size(28, 5, padding=2), conv_output_size(32, 3, stride=2, padding=1)
+    (28, 16)
+    """
+    begin, end = (padding, padding) if isinstance(padding, int) else padding
+    span = in_size + begin + end - dilation * (kernel - 1) - 1
+    if not ceil_mode:
+        return span // stride + 1
+    out = -(-span // stride) + 1
+    if (out - 1) * stride >= in_size + begin:
+        out -= 1
+    return out
+
+
+def same_padding(
+    in_hw: tuple[int, int], kernel: Any, stride: Any = 1, dilation: Any = 1, mode: str = "SAME_UPPER"
+) -> Pads:
+    """``(top, bottom, left, right)`` padding for ONNX ``auto_pad`` SAME_UPPER / SAME_LOWER.
+
+    The output size is ``ceil(in / stride)``; an odd total padding puts the extra row/column
+    at the end (SAME_UPPER) or at the beginning (SAME_LOWER).
+
+    >>> same_padding((28, 28), 5), same_padding((5, 5), 2, mode="SAME_LOWER")
+    ((2, 2, 2, 2), (1, 0, 1, 0))
+    """
+    upper = mode.upper()
+    if upper not in ("SAME_UPPER", "SAME_LOWER"):
+        raise ValueError(f"same_padding: mode must be SAME_UPPER or SAME_LOWER, got {mode!r}")
+    pads = []
+    for n, k, s, d in zip(in_hw, _pair(kernel, "kernel"), _pair(stride, "stride"), _pair(dilation, "dilation")):
+        total = max((-(-n // s) - 1) * s + d * (k - 1) + 1 - n, 0)
+        small, big = total // 2, total - total // 2
+        pads += [small, big] if upper == "SAME_UPPER" else [big, small]
+    return tuple(pads)  # type: ignore[return-value]
+
+
+# -- im2col / col2im ---------------------------------------------------------------------------
+def pad_nhwc(xp: Any, x: Any, pads: Pads) -> Any:
+    """NCHW ``x`` as a zero-padded NHWC array (one copy: transpose and pad together)."""
+    N, C, H, W = x.shape
+    t, b, l, r = pads
+    nhwc = x.transpose(0, 2, 3, 1)
+    if not (t or b or l or r):
+        return nhwc  # a view; im2col's reshape makes the one copy
+    out = xp.zeros((N, H + t + b, W + l + r, C), dtype=x.dtype)
+    out[:, t : t + H, l : l + W] = nhwc
+    return out
+
+
+def im2col(xp: Any, x: Any, kernel: tuple, stride: tuple, dilation: tuple, out_hw: tuple, group: int) -> Any:
+    """Receptive fields of padded NHWC ``x`` as a ``(group, N*Ho*Wo, kh*kw*C/group)`` matrix.
+
+    Each row is one output pixel's window, ordered (kh, kw, channel) so that it is made of
+    ``kh`` contiguous runs of the input when there is one group and no dilation.
+    """
+    N, _, _, C = x.shape
+    (kh, kw), (sh, sw), (dh, dw), (Ho, Wo) = kernel, stride, dilation, out_hw
+    cg = C // group
+    bN, bH, bW, bC = x.strides
+    win = xp.lib.stride_tricks.as_strided(
+        x,
+        shape=(group, N, Ho, Wo, kh, kw, cg),
+        strides=(bC * cg, bN, bH * sh, bW * sw, bH * dh, bW * dw, bC),
+    )
+    return win.reshape(group, N * Ho * Wo, kh * kw * cg)
+
+
+def col2im(
+    xp: Any, col: Any, padded_shape: tuple, kernel: tuple, stride: tuple, dilation: tuple, out_hw: tuple
+) -> Any:
+    """Adjoint of ``im2col``: sum each window row of ``col`` back into a padded NHWC array."""
+    group = col.shape[0]
+    N, Hp, Wp, C = padded_shape
+    (kh, kw), (sh, sw), (dh, dw), (Ho, Wo) = kernel, stride, dilation, out_hw
+    taps = col.reshape(group, N, Ho, Wo, kh, kw, C // group).transpose(4, 5, 1, 2, 3, 0, 6)
+    out = xp.zeros((N, Hp, Wp, group, C // group), dtype=col.dtype)
+    for i in range(kh):  # a loop over kernel taps, each one vectorised over every pixel
+        rows = slice(i * dh, i * dh + sh * (Ho - 1) + 1, sh)
+        for j in range(kw):
+            view = out[:, rows, j * dw : j * dw + sw * (Wo - 1) + 1 : sw]
+            view += taps[i, j]  # through a view: `out[...] += v` would copy the slice back
+    return out.reshape(padded_shape)
+
+
+def _weight_matrix(W: Any, group: int) -> Any:
+    """Conv weight ``(O, C/g, kh, kw)`` as ``(g, kh*kw*C/g, O/g)``, matching im2col's rows."""
+    O, cg, kh, kw = W.shape
+    return W.reshape(group, O // group, cg, kh, kw).transpose(0, 3, 4, 2, 1).reshape(group, -1, O // group)
+
+
+def _weight_from_matrix(m: Any, shape: tuple) -> Any:
+    O, cg, kh, kw = shape
+    g = m.shape[0]
+    return m.reshape(g, kh, kw, cg, O // g).transpose(0, 4, 3, 1, 2).reshape(shape)
+
+
+def _to_rows(y: Any, group: int) -> Any:
+    """NCHW ``(N, O, H, W)`` as ``(g, N*H*W, O/g)``: one row per pixel."""
+    N, O, H, W = y.shape
+    return y.reshape(N, group, O // group, H, W).transpose(1, 0, 3, 4, 2).reshape(group, -1, O // group)
+
+
+def _from_rows(m: Any, N: int, H: int, W: int) -> Any:
+    """Inverse of ``_to_rows``. With one group this is a view: the NHWC data seen as NCHW."""
+    g, _, og = m.shape
+    return m.reshape(g, N, H, W, og).transpose(1, 0, 4, 2, 3).reshape(N, g * og, H, W)
+
+
+def _gemm(xp: Any, a: Any, b: Any) -> Any:
+    """Batched ``a @ b`` over groups; a single group goes to BLAS as one plain 2-D product."""
+    if a.shape[0] == 1:
+        return xp.matmul(a[0], b[0])[None]
+    return xp.matmul(a, b)
+
+
+def _tap(x: Any, i: int, j: int, kernel_geo: tuple, out_hw: tuple) -> Any:
+    """The NCHW view of padded ``x`` that kernel tap ``(i, j)`` reads for every output pixel."""
+    (sh, sw), (dh, dw) = kernel_geo
+    Ho, Wo = out_hw
+    return x[:, :, i * dh : i * dh + sh * (Ho - 1) + 1 : sh, j * dw : j * dw + sw * (Wo - 1) + 1 : sw]
+
+
+def _pad_nchw(xp: Any, x: Any, pads: Pads) -> Any:
+    t, b, l, r = pads
+    if not (t or b or l or r):
+        return x
+    N, C, H, W = x.shape
+    out = xp.zeros((N, C, H + t + b, W + l + r), dtype=x.dtype)
+    out[:, :, t : t + H, l : l + W] = x
+    return out
+
+
+# -- operators ---------------------------------------------------------------------------------
+class _ConvBase(Operator):
+    def __init__(self, stride: Any, padding: Any, dilation: Any, group: int) -> None:
+        super().__init__()
+        self.stride = _pair(stride, f"{self.name} stride")
+        self.dilation = _pair(dilation, f"{self.name} dilation")
+        self.pads = _pads(padding)
+        if int(group) < 1:
+            raise ValueError(f"{self.name}: group must be >= 1, got {group!r}")
+        self.group = int(group)
+
+    def _check(self, x: Any, W: Any, b: Any, in_channels: int) -> None:
+        g = self.group
+        if x.ndim != 4 or W.ndim != 4:
+            raise self.error("x must be (N, C, H, W) and W 4-D", x, W)
+        if x.dtype != W.dtype or (b is not None and b.dtype != x.dtype):
+            raise DTypeError(f"{self.name}: x, W and b must share a dtype, got {x.dtype} and {W.dtype}")
+        if x.shape[1] % g or W.shape[0] % g:
+            raise self.error(f"group={g} does not divide the channels", x, W)
+        if x.shape[1] != in_channels:
+            raise self.error(f"x has {x.shape[1]} channels, the weight expects {in_channels}", x, W)
+        if b is not None and b.shape != (self.out_channels(W),):
+            raise self.error(f"bias must have shape ({self.out_channels(W)},)", x, W, b)
+
+    def out_channels(self, W: Any) -> int:
+        return W.shape[0]
+
+
+class Conv2d(_ConvBase):
+    """2-D convolution (cross-correlation) of NCHW ``x`` with ``W (O, C/group, kh, kw)``."""
+
+    def __init__(self, stride: Any = 1, padding: Any = 0, dilation: Any = 1, group: int = 1) -> None:
+        super().__init__(stride, padding, dilation, group)
+
+    def forward(self, x: Any, W: Any, b: Any = None) -> Any:
+        self._check(x, W, b, W.shape[1] * self.group)
+        N, C, H, Wd = x.shape
+        O, cg, kh, kw = W.shape
+        t, bo, l, r = self.pads
+        self.kernel = (kh, kw)
+        self.out_hw = tuple(
+            conv_output_size(n, k, s, p, d)
+            for n, k, s, p, d in zip((H, Wd), (kh, kw), self.stride, ((t, bo), (l, r)), self.dilation)
+        )
+        if min(self.out_hw) < 1:
+            raise self.error(f"kernel {kh}x{kw} (dilation {self.dilation}) exceeds the padded input", x, W)
+        self.x_shape, self.W, self.has_bias = x.shape, W, b is not None
+        if cg == 1 and self.group > 1:
+            y = self._depthwise_forward(x, W)
+        else:
+            y = self._gemm_forward(x, W)
+        if b is not None:
+            y += b.reshape(1, O, 1, 1)
+        return y
+
+    def backward(self, dy: Any) -> tuple:
+        need_x, need_W = self.needs_grad[0], self.needs_grad[1]
+        if self.W.shape[1] == 1 and self.group > 1:
+            dx, dW = self._depthwise_backward(dy, need_x, need_W)
+        else:
+            dx, dW = self._gemm_backward(dy, need_x, need_W)
+        if not self.has_bias:
+            return dx, dW
+        db = dy.sum(axis=(0, 2, 3)) if self.needs_grad[2] else None
+        return dx, dW, db
+
+    # im2col + GEMM: general path
+    def _gemm_forward(self, x: Any, W: Any) -> Any:
+        xp = self.xp
+        xpad = pad_nhwc(xp, x, self.pads)
+        self.padded_shape = xpad.shape
+        self.col = im2col(xp, xpad, self.kernel, self.stride, self.dilation, self.out_hw, self.group)
+        self.Wm = _weight_matrix(W, self.group)
+        y = _from_rows(_gemm(xp, self.col, self.Wm), x.shape[0], *self.out_hw)
+        # Contiguous NCHW out: the next layers (and a GPU kernel) expect it; it costs one copy
+        # of the output, small next to the column matrix.
+        return xp.ascontiguousarray(y)
+
+    def _gemm_backward(self, dy: Any, need_x: bool, need_W: bool) -> tuple:
+        xp = self.xp
+        dym = _to_rows(dy, self.group)
+        dW = dx = None
+        if need_W:
+            dW = _weight_from_matrix(_gemm(xp, self.col.transpose(0, 2, 1), dym), self.W.shape)
+        if need_x:
+            dcol = _gemm(xp, dym, self.Wm.transpose(0, 2, 1))
+            dpad = col2im(xp, dcol, self.padded_shape, self.kernel, self.stride, self.dilation, self.out_hw)
+            t, _, l, _ = self.pads
+            _, _, H, Wd = self.x_shape
+            dx = xp.ascontiguousarray(dpad[:, t : t + H, l : l + Wd].transpose(0, 3, 1, 2))
+        return dx, dW
+
+    # depthwise: one input channel per group, so a sum over taps of per-channel scaled views
+    def _depthwise_forward(self, x: Any, W: Any) -> Any:
+        xp = self.xp
+        mult = W.shape[0] // x.shape[1]
+        xpad = _pad_nchw(xp, x, self.pads)
+        self.xpad = xp.repeat(xpad, mult, axis=1) if mult > 1 else xpad
+        kh, kw = self.kernel
+        y = xp.zeros((x.shape[0], W.shape[0], *self.out_hw), dtype=x.dtype)
+        tmp = xp.empty_like(y)
+        for i in range(kh):
+            for j in range(kw):
+                tap = _tap(self.xpad, i, j, (self.stride, self.dilation), self.out_hw)
+                y += xp.multiply(tap, W[:, 0, i, j, None, None], out=tmp)
+        return y
+
+    def _depthwise_backward(self, dy: Any, need_x: bool, need_W: bool) -> tuple:
+        xp, W = self.xp, self.W
+        kh, kw = self.kernel
+        geo = (self.stride, self.dilation)
+        dW = xp.zeros_like(W) if need_W else None
+        dpad = xp.zeros_like(self.xpad) if need_x else None
+        for i in range(kh):
+            for j in range(kw):
+                if need_W:
+                    tap = _tap(self.xpad, i, j, geo, self.out_hw)
+                    dW[:, 0, i, j] = xp.einsum("nchw,nchw->c", dy, tap)
+                if need_x:
+                    view = _tap(dpad, i, j, geo, self.out_hw)
+                    view += dy * W[:, 0, i, j, None, None]
+        dx = None
+        if need_x:
+            N, C, H, Wd = self.x_shape
+            t, _, l, _ = self.pads
+            dx = dpad[:, :, t : t + H, l : l + Wd]
+            if W.shape[0] != C:
+                dx = dx.reshape(N, C, -1, H, Wd).sum(axis=2)
+            dx = xp.ascontiguousarray(dx)
+        return dx, dW
+
+
+class ConvTranspose2d(_ConvBase):
+    """Transposed convolution (the gradient of ``Conv2d`` w.r.t. its input) with
+    ``W (C_in, C_out/group, kh, kw)``, PyTorch's and ONNX's layout."""
+
+    def __init__(
+        self, stride: Any = 1, padding: Any = 0, output_padding: Any = 0, dilation: Any = 1, group: int = 1
+    ) -> None:
+        super().__init__(stride, padding, dilation, group)
+        self.output_padding = _pair(output_padding, f"{self.name} output_padding", least=0)
+        for op, s, d in zip(self.output_padding, self.stride, self.dilation):
+            if op >= max(s, d):
+                raise ValueError(f"{self.name}: output_padding {op} must be < stride or dilation")
+
+    def out_channels(self, W: Any) -> int:
+        return W.shape[1] * self.group
+
+    def forward(self, x: Any, W: Any, b: Any = None) -> Any:
+        self._check(x, W, b, W.shape[0])
+        xp, g = self.xp, self.group
+        N, _, H, Wd = x.shape
+        _, og, kh, kw = W.shape
+        t, bo, l, r = self.pads
+        (sh, sw), (dh, dw), (oph, opw) = self.stride, self.dilation, self.output_padding
+        # The windows of the H x W input cover `full` rows; output padding adds rows past them.
+        hp, wp = (H - 1) * sh + dh * (kh - 1) + 1 + oph, (Wd - 1) * sw + dw * (kw - 1) + 1 + opw
+        if hp - t - bo < 1 or wp - l - r < 1:
+            raise self.error(f"padding {self.pads} leaves an empty output", x, W)
+        self.kernel, self.in_hw, self.x = (kh, kw), (H, Wd), x
+        self.Wm = _weight_matrix(W, g)
+        self.W_shape, self.has_bias = W.shape, b is not None
+        dcol = _gemm(xp, _to_rows(x, g), self.Wm.transpose(0, 2, 1))
+        out = col2im(xp, dcol, (N, hp, wp, og * g), self.kernel, self.stride, self.dilation, self.in_hw)
+        y = xp.ascontiguousarray(out[:, t : hp - bo, l : wp - r].transpose(0, 3, 1, 2))
+        if b is not None:
+            y += b.reshape(1, -1, 1, 1)
+        return y
+
+    def backward(self, dy: Any) -> tuple:
+        xp, g = self.xp, self.group
+        col = im2col(xp, pad_nhwc(xp, dy, self.pads), self.kernel, self.stride, self.dilation, self.in_hw, g)
+        dx = dW = None
+        if self.needs_grad[0]:
+            N, _, H, Wd = self.x.shape
+            dx = xp.ascontiguousarray(_from_rows(_gemm(xp, col, self.Wm), N, H, Wd))
+        if self.needs_grad[1]:
+            xm = _to_rows(self.x, g)
+            dW = _weight_from_matrix(_gemm(xp, col.transpose(0, 2, 1), xm), self.W_shape)
+        if not self.has_bias:
+            return dx, dW
+        return dx, dW, dy.sum(axis=(0, 2, 3)) if self.needs_grad[2] else None
+
+
+class Conv1d(Conv2d):
+    """1-D convolution of ``(N, C, L)`` with ``W (O, C/group, k)``: a conv2d of height 1."""
+
+    def __init__(self, stride: Any = 1, padding: Any = 0, dilation: Any = 1, group: int = 1) -> None:
+        pad = (padding, padding) if isinstance(padding, int) else tuple(padding)
+        if len(pad) != 2:
+            raise ValueError(f"Conv1d: padding must be an int or (left, right), got {padding!r}")
+        super().__init__((1, stride), (0, 0, *pad), (1, dilation), group)
+
+    def forward(self, x: Any, W: Any, b: Any = None) -> Any:
+        if x.ndim != 3 or W.ndim != 3:
+            raise self.error("x must be (N, C, L) and W (O, C/group, k)", x, W)
+        return super().forward(x[:, :, None], W[:, :, None], b)[:, :, 0]
+
+    def backward(self, dy: Any) -> tuple:
+        grads = super().backward(dy[:, :, None])
+        return tuple(g[:, :, 0] if g is not None and i < 2 else g for i, g in enumerate(grads))
+
+
+def conv2d(
+    x: Tensor,
+    W: Tensor,
+    b: Tensor | None = None,
+    stride: Any = 1,
+    padding: Any = 0,
+    dilation: Any = 1,
+    group: int = 1,
+) -> Tensor:
+    """2-D convolution of ``x (N, C, H, W)`` with ``W (O, C/group, kh, kw)`` and optional ``b (O,)``.
+
+    ``stride``/``dilation``: int or ``(sh, sw)``; ``padding``: int, ``(ph, pw)`` or
+    ``(top, bottom, left, right)``. ``group == C`` is a depthwise convolution.
+
+    >>> import numpy as np
+    >>> from singa_lite import tensor
+    >>> x = tensor.from_numpy(np.ones((2, 3, 8, 8), np.float32))
+    >>> conv2d(x, tensor.from_numpy(np.ones((4, 3, 3, 3), np.float32)), padding=1).shape
+    (2, 4, 8, 8)
+    """
+    op = Conv2d(stride, padding, dilation, group)
+    return (op(x, W) if b is None else op(x, W, b))[0]
+
+
+def conv_transpose2d(
+    x: Tensor,
+    W: Tensor,
+    b: Tensor | None = None,
+    stride: Any = 1,
+    padding: Any = 0,
+    output_padding: Any = 0,
+    dilation: Any = 1,
+    group: int = 1,
+) -> Tensor:
+    """Transposed 2-D convolution; ``W (C_in, C_out/group, kh, kw)``, output
+    ``(H - 1) * stride - pad_top - pad_bottom + dilation * (kh - 1) + output_padding + 1`` high."""
+    op = ConvTranspose2d(stride, padding, output_padding, dilation, group)
+    return (op(x, W) if b is None else op(x, W, b))[0]
+
+
+def conv1d(
+    x: Tensor,
+    W: Tensor,
+    b: Tensor | None = None,
+    stride: int = 1,
+    padding: Any = 0,
+    dilation: int = 1,
+    group: int = 1,
+) -> Tensor:
+    """1-D convolution of ``x (N, C, L)`` with ``W (O, C/group, k)``; padding int or (left, right)."""
+    op = Conv1d(stride, padding, dilation, group)
+    return (op(x, W) if b is None else op(x, W, b))[0]

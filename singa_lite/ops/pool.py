@@ -1,3 +1,401 @@
-"""(to be written)"""
+"""Pooling over the spatial axes of ``(N, C, *spatial)`` inputs: max, average and global.
 
-__all__: list[str] = []
+Windows are visited one kernel tap at a time: a tap is a strided view of the padded input
+(``x[:, :, i::s, j::s]``), so the loops run over ``prod(kernel)`` taps, never over pixels,
+and work the same on NumPy and CuPy.
+
+Padding may be an int, one value per spatial axis, or ``(begin, end)`` pairs per axis in axis
+order, i.e. ``(top, bottom, left, right)`` in 2-D as in SINGA's conv (ONNX's
+``[x1_begin, x2_begin, x1_end, x2_end]`` must be reordered by the caller).
+``ceil_mode`` follows PyTorch and ONNX: the last window may run past the end padding, but a
+window never starts past the input plus its begin padding.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+from typing import Any
+
+from singa_lite import autograd
+from singa_lite.autograd import Operator
+from singa_lite.errors import DTypeError, ShapeError
+from singa_lite.tensor import Tensor
+
+__all__ = [
+    "MaxPool",
+    "AvgPool",
+    "GlobalAveragePool",
+    "GlobalMaxPool",
+    "pool_output_size",
+    "max_pool",
+    "avg_pool",
+    "max_pool2d",
+    "avg_pool2d",
+    "max_pool1d",
+    "avg_pool1d",
+    "global_average_pool",
+    "global_max_pool",
+]
+
+IntOrSeq = int | Sequence[int]
+
+
+def _expand(v: IntOrSeq, n: int, what: str, opname: str) -> tuple[int, ...]:
+    vals = (v,) * n if isinstance(v, int) else tuple(int(a) for a in v)
+    if len(vals) != n:
+        raise ShapeError(f"{opname}: {what} {v!r} needs 1 or {n} values for {n} spatial axes")
+    return vals
+
+
+def _pads(padding: IntOrSeq, n: int, opname: str) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """``(begin, end)`` padding per axis from an int, ``n`` values or ``2n`` (begin, end) pairs."""
+    if isinstance(padding, int):
+        begin = end = (padding,) * n
+    else:
+        p = tuple(int(a) for a in padding)
+        if len(p) == n:
+            begin = end = p
+        elif len(p) == 2 * n:
+            begin, end = p[0::2], p[1::2]
+        else:
+            raise ShapeError(f"{opname}: padding {padding!r} needs 1, {n} or {2 * n} values")
+    if min(begin + end) < 0:
+        raise ShapeError(f"{opname}: padding {padding!r} must not be negative")
+    return begin, end
+
+
+def _axis_out(size: int, k: int, s: int, pb: int, pe: int, d: int, ceil_mode: bool) -> int:
+    span = size + pb + pe - d * (k - 1) - 1
+    out = (-(-span // s) if ceil_mode else span // s) + 1
+    if ceil_mode and (out - 1) * s >= size + pb:
+        out -= 1  # the last window would start in the end padding: PyTorch/ONNX drop it
+    return out
+
+
+def pool_output_size(
+    input_size: IntOrSeq,
+    kernel_size: IntOrSeq,
+    stride: IntOrSeq | None = None,
+    padding: IntOrSeq = 0,
+    dilation: IntOrSeq = 1,
+    ceil_mode: bool = False,
+) -> tuple[int, ...]:
+    """Spatial output size of a pooling window sweep over ``input_size`` (spatial axes only).
+
+    >>> pool_output_size((28, 28), 2)
+    (14, 14)
+    >>> pool_output_size(5, 2, ceil_mode=True)
+    (3,)
+    """
+    sizes = (input_size,) if isinstance(input_size, int) else tuple(input_size)
+    return _Window(len(sizes), kernel_size, stride, padding, dilation, ceil_mode, "pool").out_size(sizes)
+
+
+class _Window:
+    """The geometry of a pooling sweep: kernel, stride, pads, dilation, ceil mode."""
+
+    def __init__(
+        self,
+        n: int,
+        kernel_size: IntOrSeq,
+        stride: IntOrSeq | None,
+        padding: IntOrSeq,
+        dilation: IntOrSeq,
+        ceil_mode: bool,
+        opname: str,
+    ) -> None:
+        self.n, self.opname = n, opname
+        self.kernel = _expand(kernel_size, n, "kernel_size", opname)
+        self.stride = self.kernel if stride is None else _expand(stride, n, "stride", opname)
+        self.dilation = _expand(dilation, n, "dilation", opname)
+        self.begin, self.end = _pads(padding, n, opname)
+        self.ceil_mode = bool(ceil_mode)
+        if min(self.kernel + self.stride + self.dilation) < 1:
+            raise ShapeError(f"{opname}: kernel, stride and dilation must be positive")
+        for k, d, pb, pe in zip(self.kernel, self.dilation, self.begin, self.end):
+            if max(pb, pe) >= d * (k - 1) + 1:
+                # Otherwise whole windows could lie in the padding (PyTorch forbids even more).
+                raise ShapeError(f"{opname}: padding ({pb}, {pe}) must be smaller than the kernel span")
+
+    def out_size(self, sizes: Sequence[int]) -> tuple[int, ...]:
+        geo = zip(sizes, self.kernel, self.stride, self.begin, self.end, self.dilation)
+        out = tuple(_axis_out(*g, self.ceil_mode) for g in geo)
+        if min(out) < 1:
+            raise ShapeError(f"{self.opname}: kernel {self.kernel} does not fit input size {tuple(sizes)}")
+        return out
+
+    def pad_widths(self, sizes: Sequence[int], out: Sequence[int]) -> list[tuple[int, int]]:
+        """Begin/end pad per spatial axis, the end grown so that ceil-mode windows fit."""
+        widths = []
+        for size, o, k, s, d, pb, pe in zip(sizes, out, self.kernel, self.stride, self.dilation, self.begin, self.end):
+            need = (o - 1) * s + d * (k - 1) + 1  # padded length the windows touch
+            widths.append((pb, max(pe, need - size - pb)))
+        return widths
+
+    def taps(self, out: Sequence[int]) -> list[tuple[slice, ...]]:
+        """One index per kernel tap: the strided view of the padded input that tap reads."""
+        axes = [
+            [slice(i * d, i * d + (o - 1) * s + 1, s) for i in range(k)]
+            for k, s, d, o in zip(self.kernel, self.stride, self.dilation, out)
+        ]
+        return [(slice(None), slice(None), *t) for t in itertools.product(*axes)]
+
+    def overlapping(self) -> bool:
+        return any(d * (k - 1) + 1 > s for k, s, d in zip(self.kernel, self.stride, self.dilation))
+
+
+class _Pool(Operator):
+    """Shared set-up of the windowed pools: check the input, pad it, list the taps."""
+
+    def __init__(self, window: _Window) -> None:
+        super().__init__(window.opname)
+        self.win = window
+
+    def prepare(self, x: Any, pad_value: Any) -> tuple[Any, list]:
+        n = self.win.n
+        if x.ndim != n + 2:
+            raise self.error(f"expects an (N, C, {n} spatial) input", x)
+        if x.dtype.kind not in "fiu":
+            raise DTypeError(f"{self.name}: unsupported dtype {x.dtype}")
+        sizes = x.shape[2:]
+        self.out = self.win.out_size(sizes)
+        widths = self.win.pad_widths(sizes, self.out)
+        self.x_shape = x.shape
+        self.inner = (slice(None), slice(None), *(slice(b, b + s) for (b, _), s in zip(widths, sizes)))
+        if any(b or e for b, e in widths):
+            x = self.xp.pad(x, [(0, 0), (0, 0), *widths], constant_values=pad_value)
+        self.padded_shape = x.shape
+        return x, self.win.taps(self.out)
+
+
+class MaxPool(_Pool):
+    """Max over each window; the gradient goes to the window's first maximum."""
+
+    def forward(self, x: Any) -> Any:
+        xp = self.xp
+        low = -xp.inf if x.dtype.kind == "f" else xp.iinfo(x.dtype).min
+        xpad, taps = self.prepare(x, low)
+        y = xpad[taps[0]].copy()
+        track = autograd.is_recording()
+        # The tap index of each window's maximum; int8 keeps backward's memory traffic low.
+        self.arg = xp.zeros(y.shape, xp.int8 if len(taps) < 128 else xp.int32) if track else None
+        for t, tap in enumerate(taps[1:], 1):
+            v = xpad[tap]
+            if track:
+                # Taps come in increasing order, so max(arg, t * (v > y)) sets arg to t exactly
+                # where v is a new strict maximum (ties keep the first tap); a masked copy is
+                # several times slower on NumPy.
+                hit = (v > y).astype(self.arg.dtype) * self.arg.dtype.type(t)
+                xp.maximum(self.arg, hit, out=self.arg)
+            xp.maximum(y, v, out=y)
+        self.taps = taps
+        return y
+
+    def backward(self, dy: Any) -> Any:
+        xp = self.xp
+        dx = xp.zeros(self.padded_shape, dy.dtype)
+        overlap = self.win.overlapping()
+        for t, tap in enumerate(self.taps):
+            hit = self.arg == t
+            if overlap:
+                dx[tap] += dy * hit
+            else:  # taps write disjoint cells, so a plain store beats adding
+                xp.multiply(dy, hit, out=dx[tap])
+        return dx[self.inner]
+
+
+class AvgPool(_Pool):
+    """Mean over each window.
+
+    With ``count_include_pad`` the divisor counts the padded-input cells a window covers
+    (PyTorch: cells past the end padding, reached only in ceil mode, never count); without it
+    only the input's own cells count.
+    """
+
+    def __init__(self, window: _Window, count_include_pad: bool = True) -> None:
+        super().__init__(window)
+        self.count_include_pad = count_include_pad
+
+    def forward(self, x: Any) -> Any:
+        if x.dtype.kind != "f":
+            raise DTypeError(f"{self.name}: needs a floating-point input, got {x.dtype}")
+        xpad, taps = self.prepare(x, 0)
+        acc = x.dtype if x.dtype.itemsize >= 4 else self.xp.float32  # sum float16 in float32
+        y = xpad[taps[0]].astype(acc)
+        for tap in taps[1:]:
+            y += xpad[tap]
+        self.taps = taps
+        self.scale = self._inverse_counts(acc)
+        y *= self.scale
+        return y.astype(x.dtype, copy=False)
+
+    def _inverse_counts(self, dtype: Any) -> Any:
+        """1 / (cells counted per window), broadcastable against the output."""
+        xp, win = self.xp, self.win
+        scale = xp.ones((1, 1) + (1,) * win.n, dtype)
+        geo = zip(self.x_shape[2:], self.out, win.kernel, win.stride, win.dilation, win.begin, win.end)
+        for axis, (size, o, k, s, d, pb, pe) in enumerate(geo):
+            cells = xp.arange(o)[:, None] * s + xp.arange(k)[None, :] * d  # padded coordinates
+            lo, hi = (0, size + pb + pe) if self.count_include_pad else (pb, pb + size)
+            count = ((cells >= lo) & (cells < hi)).sum(axis=1)
+            shape = [1] * (win.n + 2)
+            shape[axis + 2] = o
+            scale = scale / count.reshape(shape).astype(dtype)
+        return scale
+
+    def backward(self, dy: Any) -> Any:
+        xp = self.xp
+        g = (dy * self.scale).astype(dy.dtype, copy=False)
+        dx = xp.zeros(self.padded_shape, dy.dtype)
+        for tap in self.taps:
+            dx[tap] += g
+        return dx[self.inner]
+
+
+def _numel(shape: Sequence[int]) -> int:
+    n = 1
+    for s in shape:
+        n *= s
+    return n
+
+
+class GlobalAveragePool(Operator):
+    """Mean over every axis after the first two, kept as size-1 axes (ONNX)."""
+
+    def forward(self, x: Any) -> Any:
+        if x.ndim < 3:
+            raise self.error("expects an (N, C, *spatial) input with at least one spatial axis", x)
+        self.x_shape = x.shape
+        return x.mean(axis=tuple(range(2, x.ndim)), keepdims=True, dtype=x.dtype)
+
+    def backward(self, dy: Any) -> Any:
+        n = _numel(self.x_shape[2:])
+        return self.xp.broadcast_to(dy / dy.dtype.type(n), self.x_shape).astype(dy.dtype)
+
+
+class GlobalMaxPool(Operator):
+    """Max over every axis after the first two, kept as size-1 axes (ONNX).
+
+    The gradient goes to the first maximum of each channel.
+    """
+
+    def forward(self, x: Any) -> Any:
+        if x.ndim < 3:
+            raise self.error("expects an (N, C, *spatial) input with at least one spatial axis", x)
+        self.x_shape = x.shape
+        flat = x.reshape(x.shape[0] * x.shape[1], -1)
+        self.arg = flat.argmax(axis=1)
+        return flat.max(axis=1).reshape(x.shape[:2] + (1,) * (x.ndim - 2))
+
+    def backward(self, dy: Any) -> Any:
+        xp = self.xp
+        rows = self.arg.shape[0]
+        dx = xp.zeros((rows, _numel(self.x_shape[2:])), dy.dtype)
+        dx[xp.arange(rows), self.arg] = dy.reshape(-1)
+        return dx.reshape(self.x_shape)
+
+
+def max_pool(
+    x: Tensor,
+    kernel_size: IntOrSeq,
+    stride: IntOrSeq | None = None,
+    padding: IntOrSeq = 0,
+    dilation: IntOrSeq = 1,
+    ceil_mode: bool = False,
+) -> Tensor:
+    """Max pooling over every spatial axis of ``(N, C, *spatial)`` (1-D, 2-D, 3-D...: ONNX MaxPool)."""
+    n = max(len(x.shape) - 2, 1)
+    return MaxPool(_Window(n, kernel_size, stride, padding, dilation, ceil_mode, "max_pool"))(x)[0]
+
+
+def avg_pool(
+    x: Tensor,
+    kernel_size: IntOrSeq,
+    stride: IntOrSeq | None = None,
+    padding: IntOrSeq = 0,
+    ceil_mode: bool = False,
+    count_include_pad: bool = True,
+    dilation: IntOrSeq = 1,
+) -> Tensor:
+    """Average pooling over every spatial axis of ``(N, C, *spatial)`` (ONNX AveragePool)."""
+    n = max(len(x.shape) - 2, 1)
+    win = _Window(n, kernel_size, stride, padding, dilation, ceil_mode, "avg_pool")
+    return AvgPool(win, count_include_pad)(x)[0]
+
+
+def max_pool2d(
+    x: Tensor,
+    kernel_size: IntOrSeq,
+    stride: IntOrSeq | None = None,
+    padding: IntOrSeq = 0,
+    dilation: IntOrSeq = 1,
+    ceil_mode: bool = False,
+) -> Tensor:
+    """2-D max pooling of an ``(N, C, H, W)`` tensor, padding with -inf.
+
+    ``stride`` defaults to the kernel size; ``padding`` is an int, ``(ph, pw)`` or
+    ``(top, bottom, left, right)``.
+
+    >>> import numpy as np
+    >>> from singa_lite import tensor
+    >>> x = tensor.from_numpy(np.arange(16, dtype=np.float32).reshape(1, 1, 4, 4))
+    >>> tensor.to_numpy(max_pool2d(x, 2)).reshape(-1).tolist()
+    [5.0, 7.0, 13.0, 15.0]
+    """
+    return MaxPool(_Window(2, kernel_size, stride, padding, dilation, ceil_mode, "max_pool2d"))(x)[0]
+
+
+def avg_pool2d(
+    x: Tensor,
+    kernel_size: IntOrSeq,
+    stride: IntOrSeq | None = None,
+    padding: IntOrSeq = 0,
+    ceil_mode: bool = False,
+    count_include_pad: bool = True,
+    dilation: IntOrSeq = 1,
+) -> Tensor:
+    """2-D average pooling of an ``(N, C, H, W)`` tensor.
+
+    ``count_include_pad`` defaults to True as in PyTorch and SINGA (ONNX's AveragePool
+    defaults to 0, so its importer passes the attribute explicitly). Results match
+    ``torch.nn.functional.avg_pool2d`` including ceil mode.
+    """
+    win = _Window(2, kernel_size, stride, padding, dilation, ceil_mode, "avg_pool2d")
+    return AvgPool(win, count_include_pad)(x)[0]
+
+
+def max_pool1d(
+    x: Tensor,
+    kernel_size: IntOrSeq,
+    stride: IntOrSeq | None = None,
+    padding: IntOrSeq = 0,
+    dilation: IntOrSeq = 1,
+    ceil_mode: bool = False,
+) -> Tensor:
+    """1-D max pooling of an ``(N, C, L)`` tensor; ``padding`` is an int or ``(begin, end)``."""
+    return MaxPool(_Window(1, kernel_size, stride, padding, dilation, ceil_mode, "max_pool1d"))(x)[0]
+
+
+def avg_pool1d(
+    x: Tensor,
+    kernel_size: IntOrSeq,
+    stride: IntOrSeq | None = None,
+    padding: IntOrSeq = 0,
+    ceil_mode: bool = False,
+    count_include_pad: bool = True,
+    dilation: IntOrSeq = 1,
+) -> Tensor:
+    """1-D average pooling of an ``(N, C, L)`` tensor; see :func:`avg_pool2d`."""
+    win = _Window(1, kernel_size, stride, padding, dilation, ceil_mode, "avg_pool1d")
+    return AvgPool(win, count_include_pad)(x)[0]
+
+
+def global_average_pool(x: Tensor) -> Tensor:
+    """Mean over all spatial axes of ``(N, C, *spatial)``, giving ``(N, C, 1, ..., 1)``."""
+    return GlobalAveragePool()(x)[0]
+
+
+def global_max_pool(x: Tensor) -> Tensor:
+    """Max over all spatial axes of ``(N, C, *spatial)``, giving ``(N, C, 1, ..., 1)``."""
+    return GlobalMaxPool()(x)[0]

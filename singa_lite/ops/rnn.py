@@ -1,3 +1,442 @@
-"""(to be written)"""
+"""Recurrent ops: Elman RNN, LSTM and GRU, as whole-sequence ops and single-step cells.
 
-__all__: list[str] = []
+Each is one fused operator with a hand-written backward, because a graph of small ops per time
+step costs far more in Python overhead than the arithmetic itself. A sequence op multiplies the
+inputs of all time steps by ``Wx`` in one GEMM; only ``h @ Wh`` is left inside the time loop.
+Backward walks the steps in reverse, collects the gate gradients of every step, then forms the
+weight gradients with one GEMM each.
+
+Layouts (row-major, ``x @ W``), for hidden size H:
+
+- ``x`` (T, N, I) for sequences, (N, I) for cells; ``h``, ``c`` (N, H).
+- ``Wx`` (I, kH), ``Wh`` (H, kH), ``Bx``, ``Bh`` (kH,), with the gate blocks side by side:
+  k = 1 for RNN; k = 4 for LSTM in SINGA's order i, f, o, g; k = 3 for GRU in order z, r, n.
+
+``reverse=True`` runs a sequence from its last step to its first (the backward half of a
+bidirectional layer); ``y[t]`` is still the output for input ``x[t]``.
+A cell is the sequence op over one step (same code), so the two cannot drift apart.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from singa_lite.autograd import Operator
+from singa_lite.errors import DTypeError
+from singa_lite.tensor import Tensor
+
+# `rnn` itself stays out: re-exported into `singa_lite.ops` it would hide this module there.
+__all__ = [
+    "RNNSequence",
+    "LSTMSequence",
+    "GRUSequence",
+    "RNNCell",
+    "LSTMCell",
+    "GRUCell",
+    "lstm",
+    "gru",
+    "rnn_cell",
+    "lstm_cell",
+    "gru_cell",
+]
+
+
+def _sigmoid_(xp: Any, a: Any) -> None:
+    """In-place logistic function, in its tanh form: no overflow warnings for large |a|."""
+    a *= 0.5
+    xp.tanh(a, out=a)
+    a += 1
+    a *= 0.5
+
+
+class _Sequence(Operator):
+    """What the three sequence ops share: argument checks, the input GEMM, time reversal and
+    the gradients of ``x``, ``Wx``, ``Wh`` and the biases.
+
+    A family defines ``_steps(xw, states, Wh, Bh)``, which runs the recurrence on the
+    precomputed ``xw = x @ Wx + Bx`` and returns ``(y, *final_states)``, and
+    ``_back_steps(dy, dfinal)``, which returns the gradients of the pre-activations fed by
+    ``x`` (``dxw``) and by ``h @ Wh`` (``dhw``), both (T, N, kH), and of the initial states.
+    """
+
+    gates = 1
+    state_names: tuple[str, ...] = ("h0",)
+
+    def __init__(self, reverse: bool = False) -> None:
+        super().__init__()
+        self.reverse = reverse
+
+    def forward(self, x: Any, *args: Any) -> tuple:
+        k = len(self.state_names)
+        states, (Wx, Wh, Bx, Bh) = args[:k], args[k:]
+        self._check(x, states, Wx, Wh, Bx, Bh)
+        T, N, I = x.shape
+        if self.reverse:
+            x = x[::-1]
+        self.x2 = x.reshape(T * N, I)  # a copy when reversed; backward needs it either way
+        self.Wx, self.Wh = Wx, Wh
+        xw = self.x2 @ Wx
+        xw += Bx
+        y, *final = self._steps(xw.reshape(T, N, -1), states, Wh, Bh)
+        if self.reverse:
+            y = self.xp.ascontiguousarray(y[::-1])
+        return (y, *final)
+
+    def backward(self, dy: Any, *dfinal: Any) -> tuple:
+        xp = self.xp
+        if dy is not None and self.reverse:
+            dy = dy[::-1]
+        dxw, dhw, dstates = self._back_steps(dy, dfinal)
+        T, N, G = dxw.shape
+        dxw2, dhw2 = dxw.reshape(T * N, G), dhw.reshape(T * N, G)
+        k = len(self.state_names)
+        need_x, need_states, (need_wx, need_wh, need_bx, need_bh) = (
+            self.needs_grad[0],
+            self.needs_grad[1 : 1 + k],
+            self.needs_grad[1 + k :],
+        )
+        dx = None
+        if need_x:
+            dx = (dxw2 @ self.Wx.T).reshape(T, N, -1)
+            if self.reverse:
+                dx = xp.ascontiguousarray(dx[::-1])
+        dWx = self.x2.T @ dxw2 if need_wx else None
+        dWh = self._grad_Wh(dhw2) if need_wh else None
+        dBx = dxw2.sum(axis=0) if need_bx else None
+        dBh = dhw2.sum(axis=0) if need_bh else None
+        dstates = tuple(d if need else None for d, need in zip(dstates, need_states))
+        return (dx, *dstates, dWx, dWh, dBx, dBh)
+
+    def _grad_Wh(self, dhw2: Any) -> Any:  # noqa: N802
+        """``dWh``: the inputs of ``@ Wh`` (the previous hidden states) times ``dhw``."""
+        hprev = self.hs[:-1]
+        return hprev.reshape(-1, hprev.shape[-1]).T @ dhw2
+
+    def _check(self, x: Any, states: tuple, Wx: Any, Wh: Any, Bx: Any, Bh: Any) -> None:
+        arrays = (x, *states, Wx, Wh, Bx, Bh)
+        dtypes = {a.dtype for a in arrays}
+        if len(dtypes) != 1 or x.dtype.kind != "f":
+            names = ", ".join(str(a.dtype) for a in arrays)
+            raise DTypeError(f"{self.name}: inputs must share one float dtype, got {names}")
+        if x.ndim != 3 or Wh.ndim != 2:
+            raise self.error("expects x of shape (seq_len, batch, input_size) and a 2-d Wh", *arrays)
+        _, N, I = x.shape
+        H = Wh.shape[0]
+        G = self.gates * H
+        names = (*self.state_names, "Wx", "Wh", "Bx", "Bh")
+        expected = (*[(N, H)] * len(states), (I, G), (H, G), (G,), (G,))
+        for name, a, shape in zip(names, arrays[1:], expected):
+            if a.shape != shape:
+                raise self.error(f"{name} must have shape {shape}, got {a.shape}", *arrays)
+
+    def _steps(self, xw: Any, states: tuple, Wh: Any, Bh: Any) -> tuple:
+        raise NotImplementedError  # defined by each family
+
+    def _back_steps(self, dy: Any, dfinal: tuple) -> tuple:
+        raise NotImplementedError  # defined by each family
+
+
+class RNNSequence(_Sequence):
+    """Elman RNN over a sequence: ``h[t] = act(x[t] @ Wx + Bx + h[t-1] @ Wh + Bh)``."""
+
+    def __init__(self, nonlinearity: str = "tanh", reverse: bool = False) -> None:
+        super().__init__(reverse)
+        if nonlinearity not in ("tanh", "relu"):
+            raise ValueError(f"{self.name}: nonlinearity must be 'tanh' or 'relu', got {nonlinearity!r}")
+        self.nonlinearity = nonlinearity
+
+    def _steps(self, xw: Any, states: tuple, Wh: Any, Bh: Any) -> tuple:
+        xp = self.xp
+        T, N, H = xw.shape
+        xw += Bh  # both biases once, for all steps
+        hs = xp.empty((T + 1, N, H), dtype=xw.dtype)
+        hs[0] = states[0]
+        act = xp.tanh if self.nonlinearity == "tanh" else None
+        for t in range(T):
+            a = xw[t]
+            a += hs[t] @ Wh
+            if act is not None:
+                act(a, out=hs[t + 1])
+            else:
+                xp.maximum(a, 0, out=hs[t + 1])
+        self.hs = hs
+        return hs[1:], hs[T].copy()
+
+    def _back_steps(self, dy: Any, dfinal: tuple) -> tuple:
+        xp, hs = self.xp, self.hs
+        T = hs.shape[0] - 1
+        da = xp.empty_like(hs[1:])
+        WhT = self.Wh.T
+        dh = dfinal[0]
+        for t in reversed(range(T)):
+            if dy is not None:
+                dh = dh + dy[t]
+            h = hs[t + 1]
+            if self.nonlinearity == "tanh":
+                xp.multiply(dh, 1 - h * h, out=da[t])
+            else:
+                xp.multiply(dh, h > 0, out=da[t])
+            dh = da[t] @ WhT
+        return da, da, (dh,)
+
+
+class LSTMSequence(_Sequence):
+    """LSTM over a sequence, gates i, f, o, g: ``c = f*c + i*g``, ``h = o*tanh(c)``."""
+
+    gates = 4
+    state_names = ("h0", "c0")
+
+    def _steps(self, xw: Any, states: tuple, Wh: Any, Bh: Any) -> tuple:
+        xp = self.xp
+        T, N, G = xw.shape
+        H = G // 4
+        xw += Bh
+        hs = xp.empty((T + 1, N, H), dtype=xw.dtype)
+        cs = xp.empty_like(hs)
+        tcs = xp.empty_like(hs[1:])  # tanh(c[t]), reused by backward
+        hs[0], cs[0] = states
+        for t in range(T):
+            a = xw[t]  # pre-activations, turned into activations in place
+            a += hs[t] @ Wh
+            _sigmoid_(xp, a[:, : 3 * H])
+            xp.tanh(a[:, 3 * H :], out=a[:, 3 * H :])
+            i, f, o, g = a[:, :H], a[:, H : 2 * H], a[:, 2 * H : 3 * H], a[:, 3 * H :]
+            c = cs[t + 1]
+            xp.multiply(f, cs[t], out=c)
+            c += i * g
+            xp.tanh(c, out=tcs[t])
+            xp.multiply(o, tcs[t], out=hs[t + 1])
+        self.acts, self.hs, self.cs, self.tcs = xw, hs, cs, tcs
+        return hs[1:], hs[T].copy(), cs[T].copy()
+
+    def _back_steps(self, dy: Any, dfinal: tuple) -> tuple:
+        xp, acts = self.xp, self.acts
+        T, _, G = acts.shape
+        H = G // 4
+        da = xp.empty_like(acts)
+        WhT = self.Wh.T
+        dh, dc = dfinal
+        for t in reversed(range(T)):
+            if dy is not None:
+                dh = dh + dy[t]
+            a, d, tc = acts[t], da[t], self.tcs[t]
+            i, o, g = a[:, :H], a[:, 2 * H : 3 * H], a[:, 3 * H :]
+            dc = dc + dh * o * (1 - tc * tc)
+            # Gradients w.r.t. the activations of i, f, o, then through the sigmoids at once.
+            xp.multiply(dc, g, out=d[:, :H])
+            xp.multiply(dc, self.cs[t], out=d[:, H : 2 * H])
+            xp.multiply(dh, tc, out=d[:, 2 * H : 3 * H])
+            s = a[:, : 3 * H]
+            d[:, : 3 * H] *= s - s * s
+            xp.multiply(dc * i, 1 - g * g, out=d[:, 3 * H :])
+            dc = dc * a[:, H : 2 * H]
+            dh = d @ WhT
+        return da, da, (dh, dc)
+
+
+class GRUSequence(_Sequence):
+    """GRU over a sequence, gates z, r, n: ``h = (1-z)*n + z*h_prev``.
+
+    ``linear_before_reset=True`` (PyTorch, ONNX's flag 1): ``n = tanh(xn + r*(h@Wh_n + Bh_n))``;
+    ``False`` (ONNX's default 0): ``n = tanh(xn + (r*h)@Wh_n + Bh_n)``, with ``xn = x@Wx_n + Bx_n``.
+    """
+
+    gates = 3
+
+    def __init__(self, linear_before_reset: bool = True, reverse: bool = False) -> None:
+        super().__init__(reverse)
+        self.linear_before_reset = linear_before_reset
+
+    def _steps(self, xw: Any, states: tuple, Wh: Any, Bh: Any) -> tuple:
+        xp = self.xp
+        T, N, G = xw.shape
+        H = G // 3
+        lbr = self.linear_before_reset
+        hs = xp.empty((T + 1, N, H), dtype=xw.dtype)
+        hs[0] = states[0]
+        # The term r multiplies: h @ Wh_n + Bh_n (lbr) or h itself; backward needs it.
+        self.rterm = xp.empty_like(hs[1:])
+        Wh_zr = xp.ascontiguousarray(Wh[:, : 2 * H])
+        Wh_n = xp.ascontiguousarray(Wh[:, 2 * H :])
+        for t in range(T):
+            a, h, rterm = xw[t], hs[t], self.rterm[t]
+            if lbr:
+                hw = h @ Wh
+                hw += Bh
+                a[:, : 2 * H] += hw[:, : 2 * H]
+                rterm[...] = hw[:, 2 * H :]
+            else:
+                a[:, : 2 * H] += h @ Wh_zr
+                a[:, : 2 * H] += Bh[: 2 * H]
+                rterm[...] = h
+            _sigmoid_(xp, a[:, : 2 * H])
+            z, r, n = a[:, :H], a[:, H : 2 * H], a[:, 2 * H :]
+            if lbr:
+                n += r * rterm
+            else:
+                n += (r * rterm) @ Wh_n
+                n += Bh[2 * H :]
+            xp.tanh(n, out=n)
+            xp.multiply(z, h - n, out=hs[t + 1])
+            hs[t + 1] += n
+        self.acts, self.hs, self.Wh_zr, self.Wh_n = xw, hs, Wh_zr, Wh_n
+        return hs[1:], hs[T].copy()
+
+    def _back_steps(self, dy: Any, dfinal: tuple) -> tuple:
+        xp, acts, hs = self.xp, self.acts, self.hs
+        T, _, G = acts.shape
+        H = G // 3
+        lbr = self.linear_before_reset
+        dxw = xp.empty_like(acts)
+        # With lbr the n block fed by h @ Wh gets r * d(n pre-activation); otherwise the same
+        # gradients as the x side, only multiplied by r*h instead of h (see _grad_Wh).
+        dhw = xp.empty_like(acts) if lbr else dxw
+        WhT, Wh_zrT, Wh_nT = self.Wh.T, self.Wh_zr.T, self.Wh_n.T
+        dh = dfinal[0]
+        for t in reversed(range(T)):
+            if dy is not None:
+                dh = dh + dy[t]
+            a, d, h, rterm = acts[t], dxw[t], hs[t], self.rterm[t]
+            z, r, n = a[:, :H], a[:, H : 2 * H], a[:, 2 * H :]
+            dz, dr, dn = d[:, :H], d[:, H : 2 * H], d[:, 2 * H :]
+            xp.multiply(dh, h - n, out=dz)
+            dz *= z - z * z
+            xp.multiply(dh, 1 - z, out=dn)
+            dn *= 1 - n * n
+            dh_prev = dh * z
+            if lbr:
+                xp.multiply(dn, rterm, out=dr)
+                dr *= r - r * r
+                dhw[t, :, : 2 * H] = d[:, : 2 * H]
+                xp.multiply(dn, r, out=dhw[t, :, 2 * H :])
+                dh_prev += dhw[t] @ WhT
+            else:
+                drh = dn @ Wh_nT
+                xp.multiply(drh, rterm, out=dr)
+                dr *= r - r * r
+                dh_prev += drh * r
+                dh_prev += d[:, : 2 * H] @ Wh_zrT
+            dh = dh_prev
+        return dxw, dhw, (dh,)
+
+    def _grad_Wh(self, dhw2: Any) -> Any:  # noqa: N802
+        if self.linear_before_reset:
+            return super()._grad_Wh(dhw2)
+        xp = self.xp
+        H = self.hs.shape[-1]
+        hprev = self.hs[:-1].reshape(-1, H)
+        rh = (self.acts[:, :, H : 2 * H] * self.rterm).reshape(-1, H)
+        return xp.concatenate([hprev.T @ dhw2[:, : 2 * H], rh.T @ dhw2[:, 2 * H :]], axis=1)
+
+
+class _Cell(_Sequence):
+    """A sequence op over one time step: x (N, I) in, the new states out."""
+
+    def forward(self, x: Any, *args: Any) -> tuple:
+        if x.ndim != 2:
+            raise self.error("expects x of shape (batch, input_size)", x, *args)
+        return super().forward(x[None], *args)[1:]
+
+    def backward(self, *dstates: Any) -> tuple:
+        dx, *rest = super().backward(None, *dstates)
+        return (None if dx is None else dx[0], *rest)
+
+
+class RNNCell(_Cell, RNNSequence):
+    """One step of :class:`RNNSequence`."""
+
+
+class LSTMCell(_Cell, LSTMSequence):
+    """One step of :class:`LSTMSequence`."""
+
+
+class GRUCell(_Cell, GRUSequence):
+    """One step of :class:`GRUSequence`."""
+
+
+def rnn_cell(
+    x: Tensor, h: Tensor, Wx: Tensor, Wh: Tensor, Bx: Tensor, Bh: Tensor, nonlinearity: str = "tanh"
+) -> Tensor:
+    """One Elman RNN step: ``act(x @ Wx + Bx + h @ Wh + Bh)``, ``act`` tanh or relu.
+
+    >>> import numpy as np
+    >>> from singa_lite import tensor
+    >>> z = lambda *s: tensor.from_numpy(np.zeros(s, np.float32))
+    >>> rnn_cell(z(2, 3), z(2, 4), z(3, 4), z(4, 4), z(4), z(4)).shape
+    (2, 4)
+    """
+    return RNNCell(nonlinearity)(x, h, Wx, Wh, Bx, Bh)[0]
+
+
+def lstm_cell(
+    x: Tensor, h: Tensor, c: Tensor, Wx: Tensor, Wh: Tensor, Bx: Tensor, Bh: Tensor
+) -> tuple[Tensor, Tensor]:
+    """One LSTM step; returns ``(h_new, c_new)``. Gates i, f, o, g side by side in the weights."""
+    h_new, c_new = LSTMCell()(x, h, c, Wx, Wh, Bx, Bh)
+    return h_new, c_new
+
+
+def gru_cell(
+    x: Tensor,
+    h: Tensor,
+    Wx: Tensor,
+    Wh: Tensor,
+    Bx: Tensor,
+    Bh: Tensor,
+    linear_before_reset: bool = True,
+) -> Tensor:
+    """One GRU step (gates z, r, n); see :class:`GRUSequence` for ``linear_before_reset``."""
+    return GRUCell(linear_before_reset)(x, h, Wx, Wh, Bx, Bh)[0]
+
+
+def rnn(
+    x: Tensor,
+    h0: Tensor,
+    Wx: Tensor,
+    Wh: Tensor,
+    Bx: Tensor,
+    Bh: Tensor,
+    nonlinearity: str = "tanh",
+    reverse: bool = False,
+) -> tuple[Tensor, Tensor]:
+    """Elman RNN over ``x`` (T, N, I); returns ``(y, hT)`` with ``y`` (T, N, H)."""
+    y, hT = RNNSequence(nonlinearity, reverse)(x, h0, Wx, Wh, Bx, Bh)
+    return y, hT
+
+
+def lstm(
+    x: Tensor,
+    h0: Tensor,
+    c0: Tensor,
+    Wx: Tensor,
+    Wh: Tensor,
+    Bx: Tensor,
+    Bh: Tensor,
+    reverse: bool = False,
+) -> tuple[Tensor, Tensor, Tensor]:
+    """LSTM over ``x`` (T, N, I); returns ``(y, hT, cT)`` with ``y`` (T, N, H).
+
+    >>> import numpy as np
+    >>> from singa_lite import tensor
+    >>> z = lambda *s: tensor.from_numpy(np.zeros(s, np.float32))
+    >>> y, h, c = lstm(z(5, 2, 3), z(2, 4), z(2, 4), z(3, 16), z(4, 16), z(16), z(16))
+    >>> y.shape, h.shape
+    ((5, 2, 4), (2, 4))
+    """
+    y, hT, cT = LSTMSequence(reverse)(x, h0, c0, Wx, Wh, Bx, Bh)
+    return y, hT, cT
+
+
+def gru(
+    x: Tensor,
+    h0: Tensor,
+    Wx: Tensor,
+    Wh: Tensor,
+    Bx: Tensor,
+    Bh: Tensor,
+    linear_before_reset: bool = True,
+    reverse: bool = False,
+) -> tuple[Tensor, Tensor]:
+    """GRU over ``x`` (T, N, I); returns ``(y, hT)`` with ``y`` (T, N, H)."""
+    y, hT = GRUSequence(linear_before_reset, reverse)(x, h0, Wx, Wh, Bx, Bh)
+    return y, hT

@@ -1,0 +1,156 @@
+"""Splitting a data set and iterating over it in (shuffled) mini-batches.
+
+>>> import numpy as np
+>>> from singa_lite.data import DataLoader
+>>> x, y = np.arange(10.0).reshape(5, 2), np.arange(5)
+>>> loader = DataLoader(x, y, batch_size=2, seed=0)
+>>> [len(yb) for _, yb in loader]
+[2, 2, 1]
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+
+from singa_lite.data._common import DatasetError
+
+Seed = int | np.random.Generator | None
+
+
+def split_indices(
+    labels: np.ndarray, test_fraction: float = 0.2, seed: int = 0, stratify: bool = True
+) -> tuple[np.ndarray, np.ndarray]:
+    """Return sorted ``(train_idx, test_idx)`` that split ``range(len(labels))`` reproducibly.
+
+    With ``stratify`` each class is split on its own, so both parts keep the class
+    proportions (each class gives ``round(count * test_fraction)`` samples to the test part).
+    The same arguments give the same split on every run and every platform.
+
+    >>> train, test = split_indices(np.array([0, 0, 0, 0, 1, 1, 1, 1]), 0.5)
+    >>> len(train), len(test), sorted(set(train) | set(test)) == list(range(8))
+    (4, 4, True)
+    """
+    if not 0.0 < test_fraction < 1.0:
+        raise ValueError(f"split_indices: test_fraction must be in (0, 1), got {test_fraction}")
+    labels = np.asarray(labels)
+    rng = np.random.default_rng(seed)
+    groups = [np.flatnonzero(labels == c) for c in np.unique(labels)] if stratify else [np.arange(len(labels))]
+    test_parts = []
+    for members in groups:  # np.unique sorts the classes, so the draw order is fixed
+        n_test = round(len(members) * test_fraction)
+        test_parts.append(rng.permutation(members)[:n_test])
+    is_test = np.zeros(len(labels), dtype=bool)
+    if test_parts:
+        is_test[np.concatenate(test_parts)] = True
+    return np.flatnonzero(~is_test), np.flatnonzero(is_test)
+
+
+def train_test_split(
+    x: np.ndarray, y: np.ndarray, test_fraction: float = 0.2, seed: int = 0, stratify: bool = True
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Split ``x`` and ``y`` along axis 0 into ``(x_train, x_test, y_train, y_test)``.
+
+    The order of the four results is scikit-learn's; samples keep their original order
+    inside each part. ``stratify`` splits each class of ``y`` in the same proportion.
+
+    >>> x, y = np.arange(20).reshape(10, 2), np.array([0, 1] * 5)
+    >>> x_tr, x_te, y_tr, y_te = train_test_split(x, y, test_fraction=0.4)
+    >>> x_tr.shape, x_te.shape, np.bincount(y_te).tolist()
+    ((6, 2), (4, 2), [2, 2])
+    """
+    _check_pair(x, y, "train_test_split")
+    train, test = split_indices(y, test_fraction, seed, stratify)
+    return x[train], x[test], y[train], y[test]
+
+
+def iterate_batches(
+    x: np.ndarray,
+    y: np.ndarray,
+    batch_size: int,
+    shuffle: bool = True,
+    seed: Seed = None,
+    drop_last: bool = False,
+) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """Yield ``(xb, yb)`` batches that cover every sample of one epoch exactly once.
+
+    ``seed`` (an int or a ``numpy.random.Generator``) makes the order reproducible; passing
+    the same Generator to successive calls gives a new order each epoch (this is what
+    :class:`DataLoader` does). Without ``shuffle`` the batches are views in the original
+    order; ``drop_last`` skips a final batch smaller than ``batch_size``.
+
+    >>> x, y = np.arange(5), np.arange(5)
+    >>> [yb.tolist() for _, yb in iterate_batches(x, y, 2, shuffle=False)]
+    [[0, 1], [2, 3], [4]]
+    """
+    _check_pair(x, y, "iterate_batches")
+    _check_batch_size(batch_size)
+    n = len(x)
+    stop = n - n % batch_size if drop_last else n
+    order = np.random.default_rng(seed).permutation(n) if shuffle else None
+    for start in range(0, stop, batch_size):
+        if order is None:
+            yield x[start : start + batch_size], y[start : start + batch_size]
+        else:
+            idx = order[start : start + batch_size]
+            yield x[idx], y[idx]
+
+
+class DataLoader:
+    """Re-iterable mini-batches of ``(x, y)``: each ``for`` loop over it is one epoch.
+
+    One random generator, seeded once, drives every epoch, so epochs come in different
+    orders while the whole sequence of epochs is reproducible from ``seed``.
+    :meth:`get_state` / :meth:`set_state` capture that generator (a JSON-able dict) so a
+    resumed run sees the same future epochs as an uninterrupted one.
+
+    >>> x, y = np.arange(6), np.arange(6)
+    >>> loader = DataLoader(x, y, batch_size=4, seed=1)
+    >>> len(loader), sum(len(yb) for _, yb in loader)
+    (2, 6)
+    """
+
+    def __init__(
+        self,
+        x: np.ndarray,
+        y: np.ndarray,
+        batch_size: int,
+        shuffle: bool = True,
+        seed: int | None = None,
+        drop_last: bool = False,
+    ) -> None:
+        _check_pair(x, y, "DataLoader")
+        _check_batch_size(batch_size)
+        self.x, self.y = x, y
+        self.batch_size = batch_size
+        self.shuffle = shuffle
+        self.drop_last = drop_last
+        self._rng = np.random.default_rng(seed)
+
+    def __iter__(self) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        return iterate_batches(self.x, self.y, self.batch_size, self.shuffle, self._rng, self.drop_last)
+
+    def __len__(self) -> int:
+        """The number of batches in one epoch."""
+        full, rest = divmod(len(self.x), self.batch_size)
+        return full + (1 if rest and not self.drop_last else 0)
+
+    def get_state(self) -> dict[str, Any]:
+        """The shuffling generator's state, for a checkpoint's aux data."""
+        return self._rng.bit_generator.state
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        """Restore a state from :meth:`get_state`; later epochs then repeat the saved run's."""
+        self._rng.bit_generator.state = state
+
+
+def _check_pair(x: np.ndarray, y: np.ndarray, where: str) -> None:
+    if len(x) != len(y):
+        raise DatasetError(f"{where}: x has {len(x)} samples but y has {len(y)}")
+
+
+def _check_batch_size(batch_size: int) -> None:
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int | np.integer) or batch_size < 1:
+        raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")

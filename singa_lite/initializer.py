@@ -1,0 +1,89 @@
+"""Parameter initialisers: fill a tensor in place from its device's seeded generator.
+
+Fans are read from the shape when not given: for a matrix ``(in, out)`` (SINGA's ``Linear.W``)
+fan_in is ``shape[0]``; for a conv kernel ``(out, in, kh, kw)`` fan_in is ``in * kh * kw`` and
+fan_out is ``out * kh * kw``.
+
+>>> from singa_lite import tensor, initializer
+>>> w = initializer.he_normal(tensor.Tensor((64, 32)))
+>>> w.shape
+(64, 32)
+"""
+
+from __future__ import annotations
+
+import math
+
+from singa_lite.tensor import Tensor
+
+
+def fans(shape: tuple) -> tuple[int, int]:
+    """(fan_in, fan_out) of a weight of ``shape`` (matrix ``(in, out)`` or conv ``(out, in, kh, kw)``)."""
+    if len(shape) < 2:
+        n = int(shape[0]) if shape else 1
+        return n, n
+    if len(shape) == 2:
+        return int(shape[0]), int(shape[1])
+    receptive = math.prod(int(s) for s in shape[2:])
+    return int(shape[1]) * receptive, int(shape[0]) * receptive
+
+
+def uniform(t: Tensor, low: float = -0.05, high: float = 0.05) -> Tensor:
+    return t.uniform(low, high)
+
+
+def gaussian(t: Tensor, mean: float = 0.0, std: float = 0.05) -> Tensor:
+    return t.gaussian(mean, std)
+
+
+def xavier_uniform(t: Tensor, gain: float = 1.0) -> Tensor:
+    """Glorot & Bengio (2010): U(-a, a) with a = gain * sqrt(6 / (fan_in + fan_out))."""
+    fan_in, fan_out = fans(t.shape)
+    a = gain * math.sqrt(6.0 / (fan_in + fan_out))
+    return t.uniform(-a, a)
+
+
+def xavier_normal(t: Tensor, gain: float = 1.0) -> Tensor:
+    """Glorot normal: N(0, std) with std = gain * sqrt(2 / (fan_in + fan_out))."""
+    fan_in, fan_out = fans(t.shape)
+    return t.gaussian(0.0, gain * math.sqrt(2.0 / (fan_in + fan_out)))
+
+
+def he_uniform(t: Tensor, fan_in: int | None = None) -> Tensor:
+    """He et al. (2015): U(-a, a) with a = sqrt(6 / fan_in), for ReLU networks."""
+    fan_in = fan_in or fans(t.shape)[0]
+    a = math.sqrt(6.0 / fan_in)
+    return t.uniform(-a, a)
+
+
+def he_normal(t: Tensor, fan_in: int | None = None) -> Tensor:
+    """He normal: N(0, sqrt(2 / fan_in))."""
+    fan_in = fan_in or fans(t.shape)[0]
+    return t.gaussian(0.0, math.sqrt(2.0 / fan_in))
+
+
+glorot_uniform = xavier_uniform
+glorot_normal = xavier_normal
+kaiming_uniform = he_uniform
+kaiming_normal = he_normal
+
+_BY_NAME = {
+    "uniform": uniform,
+    "gaussian": gaussian,
+    "xavier_uniform": xavier_uniform,
+    "xavier_normal": xavier_normal,
+    "glorot_uniform": xavier_uniform,
+    "glorot_normal": xavier_normal,
+    "he_uniform": he_uniform,
+    "he_normal": he_normal,
+    "kaiming_uniform": he_uniform,
+    "kaiming_normal": he_normal,
+}
+
+
+def get(name: str):  # noqa: ANN201
+    """The initialiser called ``name`` (for layer arguments such as ``kernel_init="he_uniform"``)."""
+    try:
+        return _BY_NAME[name]
+    except KeyError:
+        raise ValueError(f"unknown initializer {name!r}; known: {sorted(_BY_NAME)}") from None

@@ -1,0 +1,159 @@
+"""``Layer``: lazily built, named by attribute path, with params and states kept apart.
+
+Assigning a ``Layer`` or a ``Tensor`` to an attribute registers it under that name. A tensor
+that ``stores_grad`` is a trainable parameter; any other tensor is a state (BatchNorm's running
+statistics). Names are dot-separated attribute paths from the top-level model, which adds no
+prefix: ``conv1.W``, ``blk1.conv1.W``, ``bn1.running_mean``. Attributes whose names start with
+``_`` are never registered.
+
+A layer creates its parameters in ``initialize(*inputs)``, called once with the first inputs
+before ``forward``: shapes are learnt from the data (Keras's ``build``, SINGA's ``initialize``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from singa_lite.errors import DeviceError, ShapeError
+from singa_lite.tensor import Tensor
+
+
+output_hook: Any = None
+"""Called as ``output_hook(layer, output)`` after each layer's forward (``Model.summary`` uses it)."""
+
+
+class Layer:
+    """Base class of layers and models. Subclasses define ``initialize`` and ``forward``."""
+
+    sep = "."
+
+    def __init__(self) -> None:
+        object.__setattr__(self, "_layers", {})
+        object.__setattr__(self, "_params", {})
+        object.__setattr__(self, "_states", {})
+        object.__setattr__(self, "_initialized", False)
+        object.__setattr__(self, "_parent", None)
+        object.__setattr__(self, "name", None)
+
+    # -- registration -----------------------------------------------------------------------
+    def __setattr__(self, name: str, value: Any) -> None:
+        if "_layers" not in self.__dict__:
+            raise RuntimeError(f"{type(self).__name__}.__init__ must call super().__init__() first")
+        if not name.startswith("_"):
+            for registry in (self._layers, self._params, self._states):
+                registry.pop(name, None)
+            if isinstance(value, Layer):
+                self._layers[name] = value
+                object.__setattr__(value, "_parent", self)
+                object.__setattr__(value, "name", name)
+            elif isinstance(value, Tensor):
+                (self._params if value.stores_grad else self._states)[name] = value
+                value.name = self._prefix() + name
+        object.__setattr__(self, name, value)
+
+    def __delattr__(self, name: str) -> None:
+        for registry in (self._layers, self._params, self._states):
+            registry.pop(name, None)
+        object.__delattr__(self, name)
+
+    def register_layers(self, *layers: Layer) -> None:
+        """Register layers held in a list: they are named by position (``0``, ``1``, ...)."""
+        if len(layers) == 1 and isinstance(layers[0], (list, tuple)):
+            layers = tuple(layers[0])
+        for i, lyr in enumerate(layers):
+            setattr(self, str(i), lyr)
+
+    def _prefix(self) -> str:
+        """``blk1.conv1.`` for a layer at that path; empty for the top-level model."""
+        parts = []
+        node: Layer | None = self
+        while node is not None and node._parent is not None:
+            parts.append(node.name)
+            node = node._parent
+        return "".join(p + self.sep for p in reversed(parts))
+
+    def named_layers(self, prefix: str = "") -> Iterator[tuple[str, Layer]]:
+        """Every sub-layer with its path, depth first, in registration order."""
+        for name, lyr in self._layers.items():
+            path = prefix + name
+            yield path, lyr
+            yield from lyr.named_layers(path + self.sep)
+
+    def _walk(self, kind: str, prefix: str = "") -> Iterator[tuple[str, Tensor]]:
+        for name, t in getattr(self, kind).items():
+            yield prefix + name, t
+        for name, lyr in self._layers.items():
+            yield from lyr._walk(kind, prefix + name + self.sep)
+
+    # -- calling ----------------------------------------------------------------------------
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if not self._initialized:
+            self.initialize(*args, **kwargs)
+            object.__setattr__(self, "_initialized", True)
+        out = self.forward(*args, **kwargs)
+        if output_hook is not None:
+            output_hook(self, out)
+        return out
+
+    def initialize(self, *inputs: Any, **kwargs: Any) -> None:
+        """Create parameters from the first inputs' shapes (layers without params skip this)."""
+
+    def forward(self, *inputs: Any, **kwargs: Any) -> Any:
+        raise TypeError(f"{type(self).__name__} must define forward")
+
+    # -- params and states ------------------------------------------------------------------
+    def get_params(self) -> dict[str, Tensor]:
+        """Trainable parameters by path, sorted by name. Refreshes each tensor's ``name``."""
+        params = dict(sorted(self._walk("_params")))
+        for name, t in params.items():
+            t.name = name
+        return params
+
+    def get_states(self) -> dict[str, Tensor]:
+        """Parameters and other states (running statistics) by path, sorted by name."""
+        states = dict(self._walk("_params"))
+        states.update(self._walk("_states"))
+        for name, t in states.items():
+            t.name = name
+        return dict(sorted(states.items()))
+
+    def set_params(self, parameters: dict[str, Any]) -> None:
+        """Copy values (Tensors or arrays) into the parameters with those names."""
+        self._assign(self.get_params(), parameters, "parameter")
+
+    def set_states(self, states: dict[str, Any]) -> None:
+        """Copy values into the parameters and states with those names."""
+        self._assign(self.get_states(), states, "state")
+
+    def _assign(self, targets: dict[str, Tensor], values: dict[str, Any], what: str) -> None:
+        unknown = sorted(set(values) - set(targets))
+        if unknown:
+            raise KeyError(f"{type(self).__name__} has no {what} named {unknown}; known: {sorted(targets)}")
+        for name, value in values.items():
+            t = targets[name]
+            shape = tuple(value.shape)
+            if shape != t.shape:
+                raise ShapeError(f"{what} {name!r}: value of shape {shape} for a tensor of shape {t.shape}")
+            t.copy_from(value)
+
+    # -- checks -----------------------------------------------------------------------------
+    def device_check(self, *inputs: Tensor) -> None:
+        """Move this layer's tensors to the first input's device (SINGA's ``device_check``)."""
+        dev = inputs[0].device
+        for t in list(self._params.values()) + list(self._states.values()):
+            if t.device != dev:
+                t.to_device(dev)
+
+    def check_ndim(self, x: Tensor, ndim: int, layout: str) -> None:
+        if x.ndim() != ndim:
+            raise ShapeError(f"{self._prefix() or type(self).__name__}: expects a {ndim}-d input "
+                             f"{layout}, got shape {x.shape}")
+
+    def same_device(self, *tensors: Tensor) -> None:
+        devs = {t.device for t in tensors}
+        if len(devs) > 1:
+            raise DeviceError(f"{type(self).__name__}: tensors on different devices {sorted(map(str, devs))}")
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}()"

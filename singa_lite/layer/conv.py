@@ -1,0 +1,185 @@
+"""Convolution and pooling layers (NCHW)."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from singa_lite import ops
+from singa_lite.errors import ShapeError
+from singa_lite.layer.base import Layer
+from singa_lite.layer.dense import _param
+from singa_lite.tensor import Tensor
+
+
+def _pair(v: Any) -> tuple[int, int]:
+    return (int(v), int(v)) if isinstance(v, (int, float)) else (int(v[0]), int(v[1]))
+
+
+def _padding4(padding: Any) -> tuple[int, int, int, int]:
+    """(top, bottom, left, right) from an int, a (ph, pw) pair, or a 4-tuple (SINGA's order)."""
+    if isinstance(padding, (int, float)):
+        p = int(padding)
+        return p, p, p, p
+    if len(padding) == 2:
+        return int(padding[0]), int(padding[0]), int(padding[1]), int(padding[1])
+    if len(padding) == 4:
+        return tuple(int(p) for p in padding)  # type: ignore[return-value]
+    raise ShapeError(f"padding must be an int, a pair or 4 values (top, bottom, left, right), got {padding}")
+
+
+_PAD_MODES = ("NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID")
+
+
+class Conv2d(Layer):
+    """2-D convolution. ``Conv2d(nb_kernels, kernel_size, stride=1, padding=0, ...)``.
+
+    The legacy form ``Conv2d(in_channels, out_channels, kernel_size, stride, padding)`` is
+    accepted. ``padding`` is an int, (ph, pw) or (top, bottom, left, right); ``pad_mode``
+    ``SAME_UPPER``/``SAME_LOWER`` computes it from the input size as ONNX does.
+    """
+
+    def __init__(
+        self,
+        nb_kernels: int,
+        kernel_size: Any,
+        *args: Any,
+        stride: Any = 1,
+        padding: Any = 0,
+        dilation: Any = 1,
+        group: int = 1,
+        bias: bool = True,
+        pad_mode: str = "NOTSET",
+        activation: str = "NOTSET",
+        **kwargs: Any,
+    ) -> None:
+        super().__init__()
+        self.in_channels = None
+        if args:  # legacy Conv2d(in_channels, out_channels, kernel_size, stride, padding)
+            self.in_channels, nb_kernels, kernel_size = nb_kernels, kernel_size, args[0]
+            if len(args) > 1:
+                stride = args[1]
+            if len(args) > 2:
+                padding = args[2]
+        if pad_mode not in _PAD_MODES:
+            raise ValueError(f"pad_mode must be one of {_PAD_MODES}, got {pad_mode!r}")
+        if activation not in ("NOTSET", "RELU"):
+            raise ValueError(f"activation must be 'NOTSET' or 'RELU', got {activation!r}")
+        self.nb_kernels = int(nb_kernels)
+        self.kernel_size = _pair(kernel_size)
+        self.stride = _pair(stride)
+        self.padding = _padding4(padding)
+        self.dilation = _pair(dilation)
+        self.group = int(group)
+        self.bias = bias
+        self.pad_mode = pad_mode
+        self.activation = activation
+
+    def initialize(self, x: Tensor) -> None:
+        self.check_ndim(x, 4, "(N, C, H, W)")
+        c = x.shape[1]
+        if self.in_channels is not None and self.in_channels != c:
+            raise ShapeError(f"{type(self).__name__}: built for {self.in_channels} input channels, got {x.shape}")
+        if c % self.group or self.nb_kernels % self.group:
+            raise ShapeError(f"Conv2d: group {self.group} must divide channels {c} and kernels {self.nb_kernels}")
+        self.in_channels = c
+        kh, kw = self.kernel_size
+        fan_in = c // self.group * kh * kw
+        # SINGA's initialisation: N(0, sqrt(2 / (fan_in + out))).
+        std = math.sqrt(2.0 / (fan_in + self.nb_kernels))
+        self.W = _param((self.nb_kernels, c // self.group, kh, kw), x).gaussian(0.0, std)
+        if self.bias:
+            self.b = _param((self.nb_kernels,), x)
+
+    def forward(self, x: Tensor) -> Tensor:
+        padding = self.padding
+        if self.pad_mode in ("SAME_UPPER", "SAME_LOWER"):
+            padding = ops.same_padding(x.shape[2:], self.kernel_size, self.stride, self.dilation, self.pad_mode)
+        y = ops.conv2d(x, self.W, self.b if self.bias else None, self.stride, padding, self.dilation, self.group)
+        return ops.relu(y) if self.activation == "RELU" else y
+
+
+class SeparableConv2d(Layer):
+    """Depthwise convolution (one filter per channel) followed by a 1x1 pointwise convolution."""
+
+    def __init__(self, nb_kernels: int, kernel_size: Any, stride: Any = 1, padding: Any = 0, bias: bool = False) -> None:
+        super().__init__()
+        self.nb_kernels = int(nb_kernels)
+        self.kernel_size, self.stride, self.padding, self.bias = kernel_size, stride, padding, bias
+
+    def initialize(self, x: Tensor) -> None:
+        c = x.shape[1]
+        self.depthwise_conv = Conv2d(c, self.kernel_size, stride=self.stride, padding=self.padding,
+                                     group=c, bias=self.bias)
+        self.point_conv = Conv2d(self.nb_kernels, 1, bias=self.bias)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.point_conv(self.depthwise_conv(x))
+
+
+class _Pool(Layer):
+    is_max = True
+    ndim = 2
+
+    def __init__(
+        self,
+        kernel_size: Any,
+        stride: Any = None,
+        padding: Any = 0,
+        is_max: bool | None = None,
+        pad_mode: str = "NOTSET",
+        ceil_mode: bool = False,
+        count_include_pad: bool = True,
+    ) -> None:
+        super().__init__()
+        if is_max is not None:
+            self.is_max = is_max
+        if pad_mode not in _PAD_MODES:
+            raise ValueError(f"pad_mode must be one of {_PAD_MODES}, got {pad_mode!r}")
+        self.kernel_size, self.stride, self.padding = kernel_size, stride, padding
+        self.pad_mode, self.ceil_mode, self.count_include_pad = pad_mode, ceil_mode, count_include_pad
+
+    def forward(self, x: Tensor) -> Tensor:
+        if self.ndim == 1:
+            if self.is_max:
+                return ops.max_pool1d(x, self.kernel_size, self.stride, self.padding, ceil_mode=self.ceil_mode)
+            return ops.avg_pool1d(x, self.kernel_size, self.stride, self.padding, self.ceil_mode,
+                                  self.count_include_pad)
+        padding = self.padding
+        if self.pad_mode in ("SAME_UPPER", "SAME_LOWER"):
+            k = _pair(self.kernel_size)
+            s = _pair(self.stride if self.stride is not None else self.kernel_size)
+            padding = ops.same_padding(x.shape[2:], k, s, (1, 1), self.pad_mode)
+        if self.is_max:
+            return ops.max_pool2d(x, self.kernel_size, self.stride, padding, ceil_mode=self.ceil_mode)
+        return ops.avg_pool2d(x, self.kernel_size, self.stride, padding, self.ceil_mode, self.count_include_pad)
+
+
+class Pooling2d(_Pool):
+    """SINGA's generic pooling layer: max when ``is_max`` else average."""
+
+
+class MaxPool2d(_Pool):
+    is_max = True
+
+
+class AvgPool2d(_Pool):
+    is_max = False
+
+
+class MaxPool1d(_Pool):
+    is_max, ndim = True, 1
+
+
+class AvgPool1d(_Pool):
+    is_max, ndim = False, 1
+
+
+class GlobalAvgPool2d(Layer):
+    def forward(self, x: Tensor) -> Tensor:
+        return ops.global_average_pool(x)
+
+
+class GlobalMaxPool2d(Layer):
+    def forward(self, x: Tensor) -> Tensor:
+        return ops.global_max_pool(x)

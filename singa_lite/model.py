@@ -1,0 +1,204 @@
+"""``Model``: a layer that trains, with SINGA's compile / train_one_batch API and graph mode.
+
+    model = MyModel()
+    model.set_optimizer(opt.SGD(lr=0.1, momentum=0.9))
+    tx = tensor.Tensor((64, 1, 28, 28)); ty = tensor.Tensor((64,), dtype=tensor.int32)
+    model.compile([tx], is_train=True, use_graph=True)
+    for xb, yb in batches:
+        tx.copy_from_numpy(xb); ty.copy_from_numpy(yb)
+        out, loss = model(tx, ty)          # train_one_batch in training mode
+
+Graph mode records the operators of the first training step and the optimizer step it runs;
+later calls replay that record on the same placeholder tensors: no Python graph is rebuilt, no
+Tensor or Operator objects are created. The results equal eager mode. Python code in
+``train_one_batch`` that is not an op (printing, reading values into floats, data-dependent
+branches) runs on the first step only; a call whose tensor shapes differ from the recorded ones
+runs eagerly.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+from singa_lite import autograd
+from singa_lite.layer import base as layer_base
+from singa_lite.layer.base import Layer
+from singa_lite.tensor import Tensor
+
+
+class Model(Layer):
+    """Base class of trainable models; subclasses define ``forward`` and ``train_one_batch``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.training = True
+        self.graph_mode = False
+        self.sequential = False
+        self.optimizer: Any = None
+        self._graph: _Graph | None = None
+        self._input_specs: list[tuple[tuple, str]] = []
+        self._output_shapes: dict[int, tuple] = {}
+
+    # -- configuration ----------------------------------------------------------------------
+    def compile(self, inputs: list[Tensor], is_train: bool = True, use_graph: bool = False,
+                sequential: bool = False) -> None:
+        """Build every layer from placeholder ``inputs`` and set the training and graph modes.
+
+        The forward pass on the placeholders runs in inference behaviour and records nothing,
+        so BatchNorm statistics and RNG streams are untouched.
+        """
+        if isinstance(inputs, Tensor):
+            inputs = [inputs]
+        if not all(isinstance(x, Tensor) for x in inputs):
+            raise TypeError("Model.compile: inputs must be a list of Tensors (placeholders)")
+        self._input_specs = [(tuple(x.shape), str(x.dtype)) for x in inputs]
+        shapes: dict[int, tuple] = {}
+
+        def hook(lyr: Layer, out: Any) -> None:
+            shapes[id(lyr)] = _shapes_of(out)
+
+        old_training, old_hook = autograd.training, layer_base.output_hook
+        autograd.training, layer_base.output_hook = False, hook
+        try:
+            out = self.forward(*inputs)
+        finally:
+            autograd.training, layer_base.output_hook = old_training, old_hook
+        shapes[id(self)] = _shapes_of(out)
+        self._output_shapes = shapes
+        self.get_states()  # settle every tensor's name from its attribute path
+        object.__setattr__(self, "_initialized", True)
+        self.train(is_train)
+        self.graph(use_graph, sequential)
+
+    def train(self, mode: bool = True) -> None:
+        """Training behaviour (graphs recorded, Dropout active, BatchNorm on batch statistics)."""
+        self.training = bool(mode)
+        autograd.training = self.training
+
+    def eval(self) -> None:
+        """Inference behaviour: ``model(x)`` runs ``forward``; nothing is recorded."""
+        self.train(False)
+
+    def graph(self, mode: bool = True, sequential: bool = False) -> None:
+        """Turn graph mode on or off; any recorded step is dropped."""
+        self.graph_mode = bool(mode)
+        self.sequential = bool(sequential)
+        self._graph = None
+
+    def set_optimizer(self, optimizer: Any) -> None:
+        self.optimizer = optimizer
+
+    # -- running ----------------------------------------------------------------------------
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if not self.training:
+            return self.forward(*args, **kwargs)
+        autograd.training = True
+        if self.graph_mode and not kwargs:
+            return self._graph_step(args)
+        return self.train_one_batch(*args, **kwargs)
+
+    def train_one_batch(self, *args: Any, **kwargs: Any) -> Any:
+        raise TypeError(f"{type(self).__name__} must define train_one_batch to be called in training mode")
+
+    def _graph_step(self, args: tuple) -> Any:
+        g = self._graph
+        if g is not None:
+            if g.matches(args):
+                return g.replay(args)
+            warnings.warn(
+                f"graph mode: this call's inputs {_describe(args)} differ from the recorded "
+                f"{_describe(g.inputs)}; running it eagerly",
+                stacklevel=3,
+            )
+            return self.train_one_batch(*args)
+        tape: list = []
+        autograd._tape, autograd._retain_graph = tape, True
+        try:
+            out = self.train_one_batch(*args)
+        finally:
+            autograd._tape, autograd._retain_graph = None, False
+        if not any(entry[0] == "step" for entry in tape):
+            warnings.warn(
+                "graph mode recorded no optimizer step: train_one_batch should update through "
+                "an optimizer (self.optimizer(loss)) for replays to train",
+                stacklevel=3,
+            )
+        self._graph = _Graph(args, tape, out)
+        return out
+
+    # -- inspection -------------------------------------------------------------------------
+    def summary(self, print_fn: Any = print) -> str:
+        """A table of layers, output shapes (known after ``compile``) and parameter counts."""
+        rows = [("layer", "type", "output shape", "params")]
+        total = 0
+        for path, lyr in self.named_layers():
+            n = sum(t.size() for t in lyr._params.values())
+            total += n
+            rows.append((path, type(lyr).__name__, str(self._output_shapes.get(id(lyr), "?")), f"{n:,}"))
+        own = sum(t.size() for t in self._params.values())
+        if own:
+            rows.append(("(model)", type(self).__name__, "", f"{own:,}"))
+            total += own
+        widths = [max(len(r[i]) for r in rows) for i in range(4)]
+        line = "  ".join("-" * w for w in widths)
+        fmt = [f"{r[0]:<{widths[0]}}  {r[1]:<{widths[1]}}  {r[2]:<{widths[2]}}  {r[3]:>{widths[3]}}" for r in rows]
+        text = "\n".join([fmt[0], line, *fmt[1:], line, f"total params: {total:,}"])
+        print_fn(text)
+        return text
+
+
+class _Graph:
+    """One recorded training step: forward ops in call order and the update steps."""
+
+    def __init__(self, inputs: tuple, tape: list, out: Any) -> None:
+        self.inputs = inputs
+        self.tape = tape
+        self.out = out
+
+    def matches(self, args: tuple) -> bool:
+        if len(args) != len(self.inputs):
+            return False
+        for a, r in zip(args, self.inputs):
+            if isinstance(r, Tensor):
+                if not isinstance(a, Tensor) or a.shape != r.shape or a.dtype != r.dtype or a.device != r.device:
+                    return False
+            elif a is not r and a != r:
+                return False
+        return True
+
+    def replay(self, args: tuple) -> Any:
+        for a, r in zip(args, self.inputs):
+            if isinstance(r, Tensor) and a is not r:
+                r.data = a.data
+        autograd._retain_graph = True
+        try:
+            for entry in self.tape:
+                if entry[0] == "step":
+                    entry[1](*entry[2])
+                    continue
+                op, xs, outs = entry
+                ys = op.forward(*[x.data for x in xs])
+                if isinstance(ys, tuple):
+                    for o, y in zip(outs, ys):
+                        o.data = y
+                else:
+                    outs[0].data = ys
+        finally:
+            autograd._retain_graph = False
+        return self.out
+
+
+def _shapes_of(out: Any) -> Any:
+    if isinstance(out, Tensor):
+        return tuple(out.shape)
+    if isinstance(out, (list, tuple)):
+        return tuple(_shapes_of(o) for o in out)
+    return None
+
+
+def _describe(args: tuple) -> str:
+    return "(" + ", ".join(str(a.shape) if isinstance(a, Tensor) else repr(a) for a in args) + ")"
+
+
+__all__ = ["Model"]

@@ -1,0 +1,399 @@
+"""Indexing ops: slicing, NumPy indexing, gather/scatter, where, one-hot, nonzero.
+
+Part of the shape family (re-exported by :mod:`singa_lite.ops.shape`). Index arguments may be
+ints, lists, NumPy arrays or integer Tensors; they never receive a gradient. Gradients of ops
+that can read one element several times (advanced indexing, gather) add up the repeats.
+"""
+
+from __future__ import annotations
+
+import builtins
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from singa_lite.autograd import Operator
+from singa_lite.errors import DTypeError, ShapeError
+from singa_lite.ops._util import normalize_axis, unbroadcast
+from singa_lite.tensor import Tensor
+
+__all__ = [
+    "Slice",
+    "GetItem",
+    "Gather",
+    "GatherElements",
+    "ScatterElements",
+    "Where",
+    "OneHot",
+    "NonZero",
+    "slice",
+    "getitem",
+    "gather",
+    "gather_elements",
+    "scatter_elements",
+    "where",
+    "onehot",
+    "nonzero",
+]
+
+# This module defines a `slice` op, so the builtin goes by another name here.
+_slice = builtins.slice
+
+
+class _ScatterBack(Operator):
+    """Ops whose gradient is ``dy`` written back at the positions ``forward`` read."""
+
+    def scatter(self, dy: Any, key: Any, accumulate: bool) -> Any:
+        dx = self.xp.zeros(self.in_shape, dtype=dy.dtype)
+        if accumulate:
+            self.xp.add.at(dx, key, dy)  # repeated indices add up
+        else:
+            dx[key] = dy
+        return dx
+
+
+class Slice(_ScatterBack):
+    """ONNX Slice: per-axis ``starts``/``ends``/``steps``, negative indices, clamping."""
+
+    def __init__(
+        self,
+        starts: Sequence[int],
+        ends: Sequence[int],
+        axes: Sequence[int] | None = None,
+        steps: Sequence[int] | None = None,
+    ) -> None:
+        super().__init__()
+        self.starts, self.ends = [int(s) for s in starts], [int(e) for e in ends]
+        self.axes = None if axes is None else [int(a) for a in axes]
+        self.steps = None if steps is None else [int(s) for s in steps]
+
+    def key(self, x: Any) -> tuple:
+        n = len(self.starts)
+        axes = list(range(n)) if self.axes is None else self.axes
+        steps = [1] * n if self.steps is None else self.steps
+        if not len(self.ends) == len(axes) == len(steps) == n:
+            raise self.error("starts, ends, axes and steps must have the same length", x)
+        key = [_slice(None)] * x.ndim
+        seen: set[int] = set()
+        for start, end, axis, step in zip(self.starts, self.ends, axes, steps):
+            a = normalize_axis(axis, x.ndim, self.name)
+            if a in seen or step == 0:
+                raise self.error(f"repeated axis {axis} or zero step in axes {axes}, steps {steps}", x)
+            seen.add(a)
+            key[a] = _onnx_slice(start, end, step, x.shape[a])
+        return tuple(key)
+
+    def forward(self, x: Any) -> Any:
+        self.in_shape = x.shape
+        self.k = self.key(x)
+        return x[self.k]
+
+    def backward(self, dy: Any) -> Any:
+        return self.scatter(dy, self.k, accumulate=False)
+
+
+def _onnx_slice(start: int, end: int, step: int, dim: int) -> builtins.slice:
+    """A Python slice equal to ONNX's: negatives count from the end, then clamp into the axis."""
+    start = start + dim if start < 0 else start
+    end = end + dim if end < 0 else end
+    if step > 0:
+        return _slice(min(max(start, 0), dim), min(max(end, 0), dim), step)
+    start = min(max(start, 0), dim - 1)
+    end = min(max(end, -1), dim - 1)
+    # End -1 means "before element 0", which a Python slice spells as None.
+    return _slice(start, None if end < 0 else end, step)
+
+
+class GetItem(_ScatterBack):
+    """NumPy indexing, basic and advanced; index arrays may be Tensors."""
+
+    def __init__(self, key: Any) -> None:
+        super().__init__()
+        self.key = key
+
+    def forward(self, x: Any) -> Any:
+        self.in_shape = x.shape
+        key = self.key if isinstance(self.key, tuple) else (self.key,)
+        self.k = tuple(self.as_index(k) for k in key)
+        try:
+            y = x[self.k]
+        except IndexError as e:
+            # Stay an IndexError: Python's iteration over a Tensor stops on one.
+            raise IndexError(f"{self.name}: {e} (input shape {tuple(x.shape)}, key {self.key!r})") from None
+        # Gradients can only collide where an integer array picks an element twice.
+        self.accumulate = any(hasattr(k, "dtype") and k.dtype != np.bool_ for k in self.k)
+        return y
+
+    def as_index(self, k: Any) -> Any:
+        if isinstance(k, Tensor):
+            if k.device != self.device:
+                return self.device.backend.from_numpy(np.asarray(k), self.device.id())
+            return k.data
+        if isinstance(k, (list, np.ndarray)):
+            arr = self.xp.asarray(k)
+            return arr.astype(np.int64) if arr.size == 0 and arr.dtype.kind == "f" else arr
+        return k
+
+    def backward(self, dy: Any) -> Any:
+        return self.scatter(dy, self.k, accumulate=self.accumulate)
+
+
+def _indices(indices: Any, dev: Any, opname: str) -> Tensor:
+    """``indices`` (int, list, array or Tensor) as an integer tensor on ``dev``, no gradient."""
+    if isinstance(indices, Tensor):
+        arr = indices.data if indices.device == dev else dev.backend.from_numpy(np.asarray(indices), dev.id())
+    else:
+        host = np.asarray(indices)
+        if host.size == 0 and host.dtype.kind == "f":
+            host = host.astype(np.int64)
+        arr = dev.backend.from_numpy(host, dev.id())
+    if arr.dtype.kind not in "iu":
+        raise DTypeError(f"{opname}: indices must be integers, got dtype {arr.dtype}")
+    return Tensor._wrap(arr, dev, False, None, 0)
+
+
+def _in_range(op: Operator, idx: Any, n: int, x: Any) -> Any:
+    """``idx`` with negatives counted from ``n``; ``ShapeError`` if any lies outside [-n, n)."""
+    if idx.size == 0:
+        return idx
+    lo, hi = int(idx.min()), int(idx.max())
+    if lo < -n or hi >= n:
+        raise op.error(f"index out of range [{-n}, {n}): min {lo}, max {hi}", x, idx)
+    return idx + n * (idx < 0) if lo < 0 else idx
+
+
+class Gather(Operator):
+    """ONNX Gather: ``take`` along ``axis``; output shape ``x[:axis] + indices + x[axis+1:]``."""
+
+    def __init__(self, axis: int = 0) -> None:
+        super().__init__()
+        self.axis = axis
+
+    def forward(self, x: Any, indices: Any) -> Any:
+        self.axis_ = normalize_axis(self.axis, x.ndim, self.name)
+        self.idx = _in_range(self, indices, x.shape[self.axis_], x)
+        self.in_shape = x.shape
+        return self.xp.take(x, self.idx, axis=self.axis_)
+
+    def backward(self, dy: Any) -> tuple:
+        dx = self.xp.zeros(self.in_shape, dtype=dy.dtype)
+        self.xp.add.at(dx, (_slice(None),) * self.axis_ + (self.idx,), dy)
+        return dx, None
+
+
+def _along_axis(xp: Any, idx: Any, axis: int) -> tuple:
+    """The index tuple that reads ``x[i0, .., idx[i0, ..], ..]`` for every position of ``idx``."""
+    grid = []
+    for d, n in enumerate(idx.shape):
+        if d == axis:
+            grid.append(idx)
+        else:
+            shape = [1] * idx.ndim
+            shape[d] = n
+            grid.append(xp.arange(n).reshape(shape))
+    return tuple(grid)
+
+
+def _check_along_axis(op: Operator, x: Any, idx: Any, axis: int) -> Any:
+    if idx.ndim != x.ndim or any(i > s for d, (i, s) in enumerate(zip(idx.shape, x.shape)) if d != axis):
+        raise op.error("indices need the input's rank and no larger size off the axis", x, idx)
+    return _in_range(op, idx, x.shape[axis], x)
+
+
+class GatherElements(Operator):
+    """ONNX GatherElements: ``y[i][j] = x[idx[i][j]][j]`` for axis 0 (and so on)."""
+
+    def __init__(self, axis: int = 0) -> None:
+        super().__init__()
+        self.axis = axis
+
+    def forward(self, x: Any, indices: Any) -> Any:
+        axis = normalize_axis(self.axis, x.ndim, self.name)
+        self.key = _along_axis(self.xp, _check_along_axis(self, x, indices, axis), axis)
+        self.in_shape = x.shape
+        return x[self.key]
+
+    def backward(self, dy: Any) -> tuple:
+        dx = self.xp.zeros(self.in_shape, dtype=dy.dtype)
+        self.xp.add.at(dx, self.key, dy)
+        return dx, None
+
+
+class ScatterElements(Operator):
+    """ONNX ScatterElements: a copy of ``x`` with ``updates`` written (or reduced) at ``indices``.
+
+    Gradients exist for reductions ``none`` and ``add``. With ``none`` and repeated indices
+    the last write wins, and the gradient goes to that update.
+    """
+
+    UFUNCS = {"add": "add", "mul": "multiply", "max": "maximum", "min": "minimum"}
+
+    def __init__(self, axis: int = 0, reduction: str = "none") -> None:
+        super().__init__()
+        if reduction != "none" and reduction not in self.UFUNCS:
+            raise ValueError(f"scatter_elements: reduction {reduction!r} is not none/add/mul/max/min")
+        self.axis, self.reduction = axis, reduction
+
+    def forward(self, x: Any, indices: Any, updates: Any) -> Any:
+        axis = normalize_axis(self.axis, x.ndim, self.name)
+        if updates.shape != indices.shape:
+            raise self.error("updates and indices need the same shape", x, indices, updates)
+        if updates.dtype != x.dtype:
+            raise DTypeError(f"{self.name}: updates dtype {updates.dtype} != input dtype {x.dtype}")
+        self.key = _along_axis(self.xp, _check_along_axis(self, x, indices, axis), axis)
+        y = x.copy()
+        if self.reduction == "none":
+            y[self.key] = updates
+        else:
+            getattr(self.xp, self.UFUNCS[self.reduction]).at(y, self.key, updates)
+        return y
+
+    def backward(self, dy: Any) -> tuple:
+        if self.reduction not in ("none", "add"):
+            raise RuntimeError(
+                f"{self.name}: reduction={self.reduction!r} has no gradient; only 'none' and 'add' do"
+            )
+        dx = None
+        if self.needs_grad[0]:
+            dx = dy.copy()
+            if self.reduction == "none":
+                dx[self.key] = 0  # overwritten elements do not reach the output
+        du = None
+        if self.needs_grad[2]:
+            du = dy[self.key]
+            if self.reduction == "none":
+                # With repeated indices only the last write reaches the output, so only it
+                # gets a gradient: write each update's position number and see which survives.
+                order = self.xp.arange(du.size).reshape(du.shape)
+                winner = self.xp.full(dy.shape, -1, dtype=order.dtype)
+                winner[self.key] = order
+                du = du * (winner[self.key] == order)
+        return dx, None, du
+
+
+class Where(Operator):
+    """Pick from ``x`` where ``condition`` holds, else from ``y``, with broadcasting."""
+
+    def forward(self, c: Any, x: Any, y: Any) -> Any:
+        if x.dtype != y.dtype:
+            raise DTypeError(f"{self.name}: x dtype {x.dtype} != y dtype {y.dtype}")
+        try:
+            np.broadcast_shapes(c.shape, x.shape, y.shape)
+        except ValueError:
+            raise self.error("condition, x and y cannot be broadcast together", c, x, y) from None
+        self.c = c if c.dtype == np.bool_ else c.astype(np.bool_)
+        self.shapes = x.shape, y.shape
+        return self.xp.where(self.c, x, y)
+
+    def backward(self, dy: Any) -> tuple:
+        xp, zero = self.xp, dy.dtype.type(0)
+        dx = unbroadcast(xp.where(self.c, dy, zero), self.shapes[0]) if self.needs_grad[1] else None
+        dz = unbroadcast(xp.where(self.c, zero, dy), self.shapes[1]) if self.needs_grad[2] else None
+        return None, dx, dz
+
+
+class OneHot(Operator):
+    """ONNX OneHot: ``values[1]`` where the index matches, else ``values[0]``; no gradient."""
+
+    def __init__(self, depth: int, axis: int = -1) -> None:
+        super().__init__()
+        self.depth, self.axis = int(depth), axis
+
+    def forward(self, indices: Any, values: Any) -> Any:
+        xp = self.xp
+        if values.shape != (2,):
+            raise self.error("values must hold two entries [off, on]", indices, values)
+        axis = normalize_axis(self.axis, indices.ndim + 1, self.name)
+        idx = indices.astype(np.int64)
+        idx = xp.where(idx < 0, idx + self.depth, idx)  # indices outside [-depth, depth) stay off
+        hot = idx[..., None] == xp.arange(self.depth)
+        return xp.where(xp.moveaxis(hot, -1, axis), values[1], values[0])
+
+    def backward(self, dy: Any) -> tuple:
+        return None, None
+
+
+class NonZero(Operator):
+    """ONNX NonZero: the indices of the nonzero elements, int64 of shape ``(ndim, nnz)``."""
+
+    def forward(self, x: Any) -> Any:
+        xp = self.xp
+        if x.ndim == 0:
+            return xp.zeros((0, int(xp.count_nonzero(x))), dtype=np.int64)
+        return xp.stack(xp.nonzero(x)).astype(np.int64, copy=False)
+
+    def backward(self, dy: Any) -> Any:
+        return None
+
+
+# -- functions ---------------------------------------------------------------------------------
+def slice(  # noqa: A001 (ONNX's and SINGA's name)
+    x: Tensor,
+    starts: Sequence[int],
+    ends: Sequence[int],
+    axes: Sequence[int] | None = None,
+    steps: Sequence[int] | None = None,
+) -> Tensor:
+    """ONNX Slice: ``x[starts[i]:ends[i]:steps[i]]`` along ``axes[i]`` (all axes in order when omitted).
+
+    >>> import numpy as np; from singa_lite import tensor
+    >>> slice(tensor.from_numpy(np.arange(5)), [-1], [-10**9], steps=[-2]).numpy().tolist()
+    [4, 2, 0]
+    """
+    return Slice(starts, ends, axes, steps)(x)[0]
+
+
+def getitem(x: Tensor, key: Any) -> Tensor:
+    """``x[key]`` with NumPy's rules (ints, slices, None, Ellipsis, int/bool arrays, Tensors)."""
+    return GetItem(key)(x)[0]
+
+
+def gather(x: Tensor, axis: int, indices: Any) -> Tensor:
+    """ONNX Gather: the slices of ``x`` at ``indices`` (negatives count from the end) along ``axis``."""
+    return Gather(axis)(x, _indices(indices, x.device, "gather"))[0]
+
+
+def gather_elements(x: Tensor, indices: Any, axis: int = 0) -> Tensor:
+    """ONNX GatherElements: ``x`` read at ``indices`` along ``axis``, elementwise."""
+    return GatherElements(axis)(x, _indices(indices, x.device, "gather_elements"))[0]
+
+
+def scatter_elements(x: Tensor, indices: Any, updates: Tensor, axis: int = 0, reduction: str = "none") -> Tensor:
+    """ONNX ScatterElements: a copy of ``x`` with ``updates`` written (``reduction='none'``) or
+    combined (``add``, ``mul``, ``max``, ``min``) at ``indices`` along ``axis``."""
+    idx = _indices(indices, x.device, "scatter_elements")
+    return ScatterElements(axis, reduction)(x, idx, updates)[0]
+
+
+def where(condition: Tensor, x: Tensor | float, y: Tensor | float) -> Tensor:
+    """``x`` where ``condition`` is true, else ``y`` (NumPy order; scalars take the other's dtype)."""
+    like = x if isinstance(x, Tensor) else y
+    dtype = like.dtype if isinstance(like, Tensor) else np.dtype(np.float32)
+    dev = condition.device
+
+    def as_tensor(v: Any) -> Tensor:
+        if isinstance(v, Tensor):
+            return v
+        return Tensor._wrap(dev.xp.asarray(v, dtype=dtype), dev, False, None, 0)
+
+    return Where()(condition, as_tensor(x), as_tensor(y))[0]
+
+
+def onehot(indices: Tensor, depth: int | Tensor, values: Any = (0.0, 1.0), axis: int = -1) -> Tensor:
+    """ONNX OneHot: a new axis ``axis`` of size ``depth`` holding ``values[1]`` at each index.
+
+    Negative indices count from ``depth``; the output is float32 unless ``values`` is a Tensor.
+    """
+    dev = indices.device
+    if not isinstance(values, Tensor):
+        values = Tensor._wrap(dev.xp.asarray(values, dtype=np.float32), dev, False, None, 0)
+    d = int(np.asarray(depth).reshape(-1)[0]) if isinstance(depth, Tensor) else int(depth)
+    if d < 1:
+        raise ShapeError(f"onehot: depth must be positive, got {d}")
+    return OneHot(d, axis)(indices, values)[0]
+
+
+def nonzero(x: Tensor) -> Tensor:
+    """ONNX NonZero: int64 indices of the nonzero elements, shape ``(x.ndim, count)``."""
+    return NonZero()(x)[0]

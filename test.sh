@@ -1,0 +1,14 @@
+#!/bin/sh
+# Set up a virtual environment in .venv (first run only), then lint, type-check and test.
+# PyTorch is used only as a reference in tests; it is installed when pip can get the CPU
+# build without a multi-GB download (from a local wheel store), else those tests skip.
+set -eu
+cd "$(dirname "$0")"
+[ -x .venv/bin/python ] || python3 -m venv .venv
+pip() { .venv/bin/python -m pip -q --disable-pip-version-check "$@"; }
+pip install -e '.[dev]'
+pip install --no-index torch==2.13.0 2>/dev/null || echo "note: PyTorch CPU not available offline; torch comparison tests will skip"
+.venv/bin/ruff check singa_lite tests benchmarks examples
+.venv/bin/ruff format --check singa_lite tests benchmarks examples
+.venv/bin/mypy singa_lite
+exec .venv/bin/python -m pytest "$@"
