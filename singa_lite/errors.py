@@ -20,6 +20,10 @@ class DTypeError(SingaLiteError, TypeError):
     """An unsupported or mismatched dtype; the message names op and dtypes."""
 
 
+class OptimizerError(SingaLiteError, ValueError):
+    """A bad optimizer or schedule argument, or a parameter the optimizer cannot track."""
+
+
 class DeviceError(SingaLiteError, RuntimeError):
     """A device is missing, or tensors on different devices were mixed."""
 

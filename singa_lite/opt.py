@@ -39,7 +39,7 @@ from typing import Any
 
 from singa_lite import autograd, backend, tensor
 from singa_lite.device import device_of_array
-from singa_lite.errors import DTypeError, ShapeError, SingaLiteError, StateMismatchError
+from singa_lite.errors import DTypeError, OptimizerError, ShapeError, StateMismatchError
 from singa_lite.tensor import Tensor
 
 __all__ = [
@@ -56,10 +56,6 @@ __all__ = [
     "RMSProp",
     "StepDecay",
 ]
-
-
-class OptimizerError(SingaLiteError, ValueError):
-    """A bad optimizer or schedule argument, or a parameter the optimizer cannot track."""
 
 
 def _real(name: str, value: Any, low: float = -math.inf, low_open: bool = False) -> float:
@@ -81,7 +77,9 @@ def _count(name: str, value: Any, low: int) -> int:
 def _step_number(step: Any) -> int:
     """A step given as an int, a NumPy scalar or a one-element Tensor (SINGA passes Tensors)."""
     if isinstance(step, Tensor):
-        step = step.data.reshape(-1)[0]
+        step = step.data
+    if getattr(step, "ndim", 0):  # SINGA keeps the counter in a one-element array
+        step = step.reshape(-1)[0]
     value = float(step)
     if value < 0 or value != int(value):
         raise OptimizerError(f"a step must be a non-negative integer, got {step!r}")
@@ -224,12 +222,21 @@ class Optimizer(abc.ABC):
     hyperparam_names: tuple[str, ...] = ()
 
     def __init__(self, lr: Any, dtype: Any = tensor.float32) -> None:
-        self.lr = _as_schedule(lr)
+        self.lr = lr
         self.dtype = tensor.as_dtype(dtype)
         self.step_counter = 0
         self._unplaced: set[str] = set()  # names whose loaded slots await their param's device
         for slot in self.slot_names:
             setattr(self, slot, {})
+
+    @property
+    def lr(self) -> DecayScheduler:
+        """The learning-rate schedule; assigning a number makes it ``Constant``."""
+        return self._lr
+
+    @lr.setter
+    def lr(self, value: Any) -> None:
+        self._lr = _as_schedule(value)
 
     @property
     def lr_value(self) -> float:
@@ -242,6 +249,10 @@ class Optimizer(abc.ABC):
 
     def backward_and_update(self, loss: Tensor) -> None:
         """Backward from ``loss``, ``apply`` each ``(param, grad)`` as it comes, then ``step()``."""
+        # Through run_step, so Model's graph mode records this update and replays it.
+        autograd.run_step(self._backward_and_update, loss)
+
+    def _backward_and_update(self, loss: Tensor) -> None:
         for p, g in autograd.backward(loss):
             self.apply(self._name_of(p), p, g)
         self.step()

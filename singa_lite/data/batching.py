@@ -27,7 +27,9 @@ def split_indices(
 
     With ``stratify`` each class is split on its own, so both parts keep the class
     proportions (each class gives ``round(count * test_fraction)`` samples to the test part).
-    The same arguments give the same split on every run and every platform.
+    Samples are ranked by a hash of ``(seed, index)`` rather than by NumPy's random streams,
+    which NumPy may change between versions: the same arguments give the same split on
+    every run, platform and NumPy version.
 
     >>> train, test = split_indices(np.array([0, 0, 0, 0, 1, 1, 1, 1]), 0.5)
     >>> len(train), len(test), sorted(set(train) | set(test)) == list(range(8))
@@ -35,17 +37,29 @@ def split_indices(
     """
     if not 0.0 < test_fraction < 1.0:
         raise ValueError(f"split_indices: test_fraction must be in (0, 1), got {test_fraction}")
+    if isinstance(seed, bool) or not isinstance(seed, int | np.integer) or not 0 <= seed < 2**64:
+        raise ValueError(f"split_indices: seed must be an integer in [0, 2**64), got {seed!r}")
     labels = np.asarray(labels)
-    rng = np.random.default_rng(seed)
-    groups = [np.flatnonzero(labels == c) for c in np.unique(labels)] if stratify else [np.arange(len(labels))]
-    test_parts = []
-    for members in groups:  # np.unique sorts the classes, so the draw order is fixed
-        n_test = round(len(members) * test_fraction)
-        test_parts.append(rng.permutation(members)[:n_test])
+    keys = _splitmix64(
+        _splitmix64(np.full(len(labels), seed, dtype=np.uint64)) + np.arange(len(labels), dtype=np.uint64)
+    )
+    groups = (
+        [np.flatnonzero(labels == c) for c in np.unique(labels)] if stratify else [np.arange(len(labels))]
+    )
     is_test = np.zeros(len(labels), dtype=bool)
-    if test_parts:
-        is_test[np.concatenate(test_parts)] = True
+    for members in groups:
+        ranked = members[np.argsort(keys[members], kind="stable")]
+        is_test[ranked[: round(len(members) * test_fraction)]] = True
     return np.flatnonzero(~is_test), np.flatnonzero(is_test)
+
+
+def _splitmix64(z: np.ndarray) -> np.ndarray:
+    """SplitMix64's output function (Steele et al., 2014): a fixed, well-mixed uint64 hash."""
+    # uint64 array arithmetic wraps modulo 2**64 silently, which is exactly what the hash needs.
+    z = z + np.uint64(0x9E3779B97F4A7C15)
+    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return z ^ (z >> np.uint64(31))
 
 
 def train_test_split(
@@ -139,7 +153,7 @@ class DataLoader:
 
     def get_state(self) -> dict[str, Any]:
         """The shuffling generator's state, for a checkpoint's aux data."""
-        return self._rng.bit_generator.state
+        return dict(self._rng.bit_generator.state)
 
     def set_state(self, state: dict[str, Any]) -> None:
         """Restore a state from :meth:`get_state`; later epochs then repeat the saved run's."""

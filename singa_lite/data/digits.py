@@ -41,7 +41,7 @@ def load_digits(
 
     >>> x, y = load_digits("test")
     >>> x.shape, x.dtype, y.dtype, float(x.max())
-    ((360, 1, 8, 8), dtype('float32'), dtype('int32'), 1.0)
+    ((359, 1, 8, 8), dtype('float32'), dtype('int32'), 1.0)
     """
     if split not in _SPLITS:
         raise ValueError(f"load_digits: split must be one of {_SPLITS}, got {split!r}")

@@ -10,13 +10,14 @@ from __future__ import annotations
 import math
 import os
 import struct
+from typing import Any
 
 import numpy as np
 
 from singa_lite.data._common import DatasetError, find_file, read_file_bytes
 
 # IDX type codes (third magic byte) -> element dtype; multi-byte types are big-endian.
-_IDX_DTYPES = {
+_IDX_DTYPES: dict[int, np.dtype[Any]] = {
     0x08: np.dtype("u1"),
     0x09: np.dtype("i1"),
     0x0B: np.dtype(">i2"),
@@ -88,7 +89,9 @@ def load_mnist(directory: str | os.PathLike[str], split: str = "train") -> tuple
     images = _read_idx_as(images_path, ndim=3, magic=0x0803)
     labels = _read_idx_as(labels_path, ndim=1, magic=0x0801)
     if images.shape[1:] != (28, 28):
-        raise DatasetError(f"{images_path}: images are {images.shape[1]}x{images.shape[2]}, MNIST's are 28x28")
+        raise DatasetError(
+            f"{images_path}: images are {images.shape[1]}x{images.shape[2]}, MNIST's are 28x28"
+        )
     if len(images) != len(labels):
         raise DatasetError(f"{images_path} holds {len(images)} images but {labels_path} {len(labels)} labels")
     x = images[:, None].astype(np.float32)
@@ -145,9 +148,10 @@ def _read_idx_as(path: str, ndim: int, magic: int) -> np.ndarray:
     """Read an IDX file that must be uint8 with ``ndim`` dimensions (magic ``0x0000080<ndim>``)."""
     found, array = _read_idx(path)
     if found != magic:
+        swapped = "; are images and labels swapped?" if found in (0x0801, 0x0803) else ""
         raise DatasetError(
             f"{path}: magic number {found:#010x} ({array.dtype}, {array.ndim} dims), "
-            f"expected {magic:#010x} (uint8, {ndim} dims); are images and labels swapped?"
+            f"expected {magic:#010x} (uint8, {ndim} dims){swapped}"
         )
     return array
 
