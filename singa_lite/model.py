@@ -127,6 +127,30 @@ class Model(Layer):
         self._graph = _Graph(args, tape, out)
         return out
 
+    # -- checkpoints (the format lives in singa_lite.checkpoint; models never touch files) ---
+    def save_states(self, fpath: Any, aux_states: dict | None = None, blocking: bool = True) -> Any:
+        """Write every state needed to resume to one HDF5 file (see ``singa_lite.checkpoint``).
+
+        Params, layer states, the optimizer (counters, schedule, slots), RNG states, the
+        placeholder input specs and ``aux_states``. With ``blocking=False`` the states are
+        snapshotted to host memory and written on a background thread; the returned handle's
+        ``wait()`` re-raises any write error.
+        """
+        from singa_lite import checkpoint
+
+        return checkpoint.save_model_states(self, fpath, aux_states or {}, blocking=blocking)
+
+    def load_states(self, fpath: Any, strict: bool = True) -> dict:
+        """Restore what ``save_states`` wrote; returns the aux states.
+
+        ``strict=True`` raises one ``StateMismatchError`` listing missing, unexpected and
+        mis-shaped keys; ``strict=False`` loads what matches and puts that report under the
+        returned dict's ``"__report__"`` key.
+        """
+        from singa_lite import checkpoint
+
+        return checkpoint.load_model_states(self, fpath, strict=strict)
+
     # -- inspection -------------------------------------------------------------------------
     def summary(self, print_fn: Any = print) -> str:
         """A table of layers, output shapes (known after ``compile``) and parameter counts."""

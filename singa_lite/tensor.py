@@ -125,6 +125,10 @@ class Tensor:
             raise TypeError("len() of a 0-d tensor")
         return self.data.shape[0]
 
+    def __iter__(self) -> Any:
+        for i in range(len(self)):
+            yield self[i]
+
     def __repr__(self) -> str:
         name = f", name={self.name!r}" if self.name else ""
         return f"Tensor(shape={self.shape}, dtype={self.dtype}, device={self.device}{name})"

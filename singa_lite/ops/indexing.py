@@ -19,22 +19,22 @@ from singa_lite.ops._util import normalize_axis, unbroadcast
 from singa_lite.tensor import Tensor
 
 __all__ = [
-    "Slice",
-    "GetItem",
     "Gather",
     "GatherElements",
-    "ScatterElements",
-    "Where",
-    "OneHot",
+    "GetItem",
     "NonZero",
-    "slice",
-    "getitem",
+    "OneHot",
+    "ScatterElements",
+    "Slice",
+    "Where",
     "gather",
     "gather_elements",
-    "scatter_elements",
-    "where",
-    "onehot",
+    "getitem",
     "nonzero",
+    "onehot",
+    "scatter_elements",
+    "slice",
+    "where",
 ]
 
 # This module defines a `slice` op, so the builtin goes by another name here.
@@ -43,6 +43,8 @@ _slice = builtins.slice
 
 class _ScatterBack(Operator):
     """Ops whose gradient is ``dy`` written back at the positions ``forward`` read."""
+
+    in_shape: tuple = ()
 
     def scatter(self, dy: Any, key: Any, accumulate: bool) -> Any:
         dx = self.xp.zeros(self.in_shape, dtype=dy.dtype)
@@ -359,7 +361,9 @@ def gather_elements(x: Tensor, indices: Any, axis: int = 0) -> Tensor:
     return GatherElements(axis)(x, _indices(indices, x.device, "gather_elements"))[0]
 
 
-def scatter_elements(x: Tensor, indices: Any, updates: Tensor, axis: int = 0, reduction: str = "none") -> Tensor:
+def scatter_elements(
+    x: Tensor, indices: Any, updates: Tensor, axis: int = 0, reduction: str = "none"
+) -> Tensor:
     """ONNX ScatterElements: a copy of ``x`` with ``updates`` written (``reduction='none'``) or
     combined (``add``, ``mul``, ``max``, ``min``) at ``indices`` along ``axis``."""
     idx = _indices(indices, x.device, "scatter_elements")

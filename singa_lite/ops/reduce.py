@@ -20,20 +20,20 @@ from singa_lite.ops._util import normalize_axis
 from singa_lite.tensor import Tensor
 
 __all__ = [
-    "ReduceSum",
-    "ReduceMean",
-    "ReduceMax",
-    "ReduceMin",
-    "ReduceProd",
     "ArgMax",
     "ArgMin",
-    "reduce_sum",
-    "reduce_mean",
-    "reduce_max",
-    "reduce_min",
-    "reduce_prod",
+    "ReduceMax",
+    "ReduceMean",
+    "ReduceMin",
+    "ReduceProd",
+    "ReduceSum",
     "argmax",
     "argmin",
+    "reduce_max",
+    "reduce_mean",
+    "reduce_min",
+    "reduce_prod",
+    "reduce_sum",
 ]
 
 Axes = int | Sequence[int] | None
@@ -108,6 +108,8 @@ class ReduceMean(_Reduce):
         return self.finish(y.astype(x.dtype, copy=False))
 
     def backward(self, dy: Any) -> Any:
+        if dy.dtype.kind != "f":
+            return None  # integer means truncate: no gradient
         g = self.spread(dy)
         g /= g.dtype.type(self.count)
         return g
@@ -174,7 +176,9 @@ class _ArgExtreme(Operator):
 
     fn = "argmax"
 
-    def __init__(self, axis: int | None = -1, keepdims: bool = False, select_last_index: bool = False) -> None:
+    def __init__(
+        self, axis: int | None = -1, keepdims: bool = False, select_last_index: bool = False
+    ) -> None:
         super().__init__()
         self.axis = axis
         self.keepdims = bool(keepdims)
@@ -239,7 +243,9 @@ def reduce_prod(x: Tensor, axes: Axes = None, keepdims: bool = False) -> Tensor:
     return ReduceProd(axes, keepdims)(x)[0]
 
 
-def argmax(x: Tensor, axis: int | None = -1, keepdims: bool = False, select_last_index: bool = False) -> Tensor:
+def argmax(
+    x: Tensor, axis: int | None = -1, keepdims: bool = False, select_last_index: bool = False
+) -> Tensor:
     """Index (int64) of the largest element along ``axis`` (of the flattened input when ``None``).
 
     Ties give the first index, or the last with ``select_last_index`` (ONNX ArgMax).
@@ -247,6 +253,8 @@ def argmax(x: Tensor, axis: int | None = -1, keepdims: bool = False, select_last
     return ArgMax(axis, keepdims, select_last_index)(x)[0]
 
 
-def argmin(x: Tensor, axis: int | None = -1, keepdims: bool = False, select_last_index: bool = False) -> Tensor:
+def argmin(
+    x: Tensor, axis: int | None = -1, keepdims: bool = False, select_last_index: bool = False
+) -> Tensor:
     """Index (int64) of the smallest element along ``axis`` (of the flattened input when ``None``)."""
     return ArgMin(axis, keepdims, select_last_index)(x)[0]

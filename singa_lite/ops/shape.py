@@ -33,57 +33,56 @@ from singa_lite.ops.indexing import (
     nonzero,
     onehot,
     scatter_elements,
-    slice,
+    slice,  # noqa: A004 (ONNX's name; this module uses builtins.slice)
     where,
 )
 from singa_lite.tensor import Tensor, as_dtype
 
 __all__ = [
-    "Reshape",
-    "Flatten",
-    "Squeeze",
-    "Unsqueeze",
-    "Transpose",
-    "Cat",
-    "Split",
-    "Expand",
-    "Tile",
-    "Pad",
     "Cast",
-    "ShapeOf",
-    "reshape",
-    "flatten",
-    "squeeze",
-    "unsqueeze",
-    "transpose",
-    "cat",
-    "concat",
-    "split",
-    "expand",
-    "broadcast_to",
-    "tile",
-    "pad",
-    "depth_to_space",
-    "space_to_depth",
-    "cast",
-    "shape_of",
-    # indexing ops, part of this family
-    "Slice",
-    "GetItem",
+    "Cat",
+    "Expand",
+    "Flatten",
     "Gather",
     "GatherElements",
-    "ScatterElements",
-    "Where",
-    "OneHot",
+    "GetItem",
     "NonZero",
-    "slice",
-    "getitem",
+    "OneHot",
+    "Pad",
+    "Reshape",
+    "ScatterElements",
+    "ShapeOf",
+    "Slice",
+    "Split",
+    "Squeeze",
+    "Tile",
+    "Transpose",
+    "Unsqueeze",
+    "Where",
+    "broadcast_to",
+    "cast",
+    "cat",
+    "concat",
+    "depth_to_space",
+    "expand",
+    "flatten",
     "gather",
     "gather_elements",
-    "scatter_elements",
-    "where",
-    "onehot",
+    "getitem",
     "nonzero",
+    "onehot",
+    "pad",
+    "reshape",
+    "scatter_elements",
+    "shape_of",
+    "slice",
+    "space_to_depth",
+    "split",
+    "squeeze",
+    "tile",
+    "transpose",
+    "unsqueeze",
+    "where",
 ]
 
 
@@ -261,7 +260,7 @@ class Expand(Operator):
             raise self.error(f"cannot broadcast to {self.shape}", x) from None
         self.in_shape = x.shape
         # A copy, not NumPy's read-only broadcast view, so in-place ops on the result work.
-        return self.xp.ascontiguousarray(self.xp.broadcast_to(x, out))
+        return self.xp.broadcast_to(x, out).copy()
 
     def backward(self, dy: Any) -> Any:
         return unbroadcast(dy, self.in_shape)
@@ -316,12 +315,12 @@ class Pad(Operator):
         self.core_shape = core.shape
         if not any(b or e for b, e in self.widths):
             return core.copy()
-        if self.mode != "constant" and any(
-            (b or e) and s == 0 for (b, e), s in zip(self.widths, core.shape)
-        ):
+        if self.mode != "constant" and any((b or e) and s == 0 for (b, e), s in zip(self.widths, core.shape)):
             raise self.error(f"mode {self.mode!r} cannot pad an empty axis", x)
         if self.mode == "constant":
-            return self.xp.pad(core, self.widths, mode="constant", constant_values=x.dtype.type(self.constant))
+            return self.xp.pad(
+                core, self.widths, mode="constant", constant_values=x.dtype.type(self.constant)
+            )
         return self.xp.pad(core, self.widths, mode=self.MODES[self.mode])
 
     def backward(self, dy: Any) -> Any:
@@ -413,7 +412,9 @@ def cat(xs: Sequence[Tensor], axis: int = 0) -> Tensor:
 concat = cat
 
 
-def split(x: Tensor, axis: int, parts: Sequence[int] | None, num_output: int | None = None) -> tuple[Tensor, ...]:
+def split(
+    x: Tensor, axis: int, parts: Sequence[int] | None, num_output: int | None = None
+) -> tuple[Tensor, ...]:
     """Split along ``axis`` into pieces of sizes ``parts``, or into ``num_output`` equal pieces
     (the last one smaller when they do not divide the axis, as ONNX Split)."""
     return Split(axis, parts, num_output)(x)

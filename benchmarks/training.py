@@ -1,0 +1,255 @@
+"""One training step (forward + backward + SGD-momentum update) in singa_lite and PyTorch CPU.
+
+    python benchmarks/training.py [--steps 30] [--only mlp,cnn,resnet20,lstm]
+
+Runs each workload in singa_lite eager mode, singa_lite graph mode and, where installed,
+PyTorch CPU, in this one process with the same thread count, and prints the median and minimum
+milliseconds per step and the singa_lite/PyTorch ratio (below 1.0: singa_lite is faster).
+The machine is shared and noisy: compare ratios, not absolute times.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import time
+from collections.abc import Callable
+
+import numpy as np
+
+from singa_lite import layer, model, opt, tensor
+
+THREADS = int(os.environ.get("BENCH_THREADS", os.cpu_count() or 1))
+
+
+# -- singa_lite models ---------------------------------------------------------------------------
+class Classifier(model.Model):
+    """Wraps a feature network with softmax cross-entropy and the optimizer step."""
+
+    def __init__(self, net: layer.Layer) -> None:
+        super().__init__()
+        self.net = net
+        self.loss = layer.SoftMaxCrossEntropy()
+
+    def forward(self, x: tensor.Tensor) -> tensor.Tensor:
+        return self.net(x)
+
+    def train_one_batch(self, x: tensor.Tensor, y: tensor.Tensor) -> tuple:
+        out = self.forward(x)
+        loss = self.loss(out, y)
+        self.optimizer(loss)
+        return out, loss
+
+
+class Sequential(layer.Layer):
+    def __init__(self, *layers: layer.Layer) -> None:
+        super().__init__()
+        self.register_layers(*layers)
+        self._order = layers
+
+    def forward(self, x: tensor.Tensor) -> tensor.Tensor:
+        for lyr in self._order:
+            x = lyr(x)
+        return x
+
+
+class BasicBlock(layer.Layer):
+    def __init__(self, planes: int, stride: int, downsample: bool) -> None:
+        super().__init__()
+        self.conv1 = layer.Conv2d(planes, 3, stride=stride, padding=1, bias=False)
+        self.bn1 = layer.BatchNorm2d()
+        self.conv2 = layer.Conv2d(planes, 3, padding=1, bias=False)
+        self.bn2 = layer.BatchNorm2d()
+        self.relu = layer.ReLU()
+        self.add = layer.Add()
+        self.downsample = downsample
+        if downsample:
+            self.conv_sc = layer.Conv2d(planes, 1, stride=stride, bias=False)
+            self.bn_sc = layer.BatchNorm2d()
+
+    def forward(self, x: tensor.Tensor) -> tensor.Tensor:
+        y = self.relu(self.bn1(self.conv1(x)))
+        y = self.bn2(self.conv2(y))
+        sc = self.bn_sc(self.conv_sc(x)) if self.downsample else x
+        return self.relu(self.add(y, sc))
+
+
+def resnet20() -> layer.Layer:
+    blocks: list[layer.Layer] = [layer.Conv2d(16, 3, padding=1, bias=False), layer.BatchNorm2d(), layer.ReLU()]
+    in_planes = 16
+    for planes, stride in ((16, 1), (32, 2), (64, 2)):
+        for i in range(3):
+            s = stride if i == 0 else 1
+            blocks.append(BasicBlock(planes, s, downsample=(s != 1 or in_planes != planes)))
+            in_planes = planes
+    blocks += [layer.GlobalAvgPool2d(), layer.Flatten(), layer.Linear(10)]
+    return Sequential(*blocks)
+
+
+class LSTMNet(layer.Layer):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lstm = layer.LSTM(64, 128)
+        self.fc = layer.Linear(10)
+
+    def forward(self, x: tensor.Tensor) -> tensor.Tensor:
+        y, h, c = self.lstm(x)
+        return self.fc(h)
+
+
+SINGA_NETS: dict[str, Callable[[], layer.Layer]] = {
+    "mlp": lambda: Sequential(layer.Linear(512), layer.ReLU(), layer.Linear(256), layer.ReLU(), layer.Linear(10)),
+    "cnn": lambda: Sequential(
+        layer.Conv2d(32, 5, padding=2), layer.ReLU(), layer.MaxPool2d(2),
+        layer.Conv2d(64, 5, padding=2), layer.ReLU(), layer.MaxPool2d(2),
+        layer.Flatten(), layer.Linear(1024), layer.ReLU(), layer.Linear(10),
+    ),
+    "resnet20": resnet20,
+    "lstm": LSTMNet,
+}
+
+SHAPES = {
+    "mlp": ((128, 784), "MLP 784-512-256-10, batch 128"),
+    "cnn": ((64, 1, 28, 28), "LeNet CNN 1x28x28, batch 64"),
+    "resnet20": ((32, 3, 32, 32), "ResNet-20 + BN 3x32x32, batch 32"),
+    "lstm": ((32, 32, 64), "LSTM 64->128, 32 steps, batch 32"),  # (T, N, I)
+}
+
+
+def time_steps(step: Callable[[], None], steps: int, warmup: int = 3) -> list[float]:
+    for _ in range(warmup):
+        step()
+    times = []
+    for _ in range(steps):
+        t0 = time.perf_counter()
+        step()
+        times.append((time.perf_counter() - t0) * 1e3)
+    return times
+
+
+def bench_singa(name: str, use_graph: bool, steps: int) -> list[float]:
+    shape, _ = SHAPES[name]
+    batch = shape[1] if name == "lstm" else shape[0]
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal(shape).astype(np.float32)
+    y = rng.integers(0, 10, batch).astype(np.int32)
+    m = Classifier(SINGA_NETS[name]())
+    m.set_optimizer(opt.SGD(lr=0.01, momentum=0.9))
+    tx = tensor.from_numpy(x)
+    ty = tensor.from_numpy(y)
+    m.compile([tx], is_train=True, use_graph=use_graph)
+
+    def step() -> None:
+        m(tx, ty)
+
+    return time_steps(step, steps)
+
+
+# -- PyTorch reference -----------------------------------------------------------------------
+def bench_torch(name: str, steps: int) -> list[float] | None:
+    try:
+        import torch
+        from torch import nn
+    except ImportError:
+        return None
+    torch.set_num_threads(THREADS)
+    torch.manual_seed(0)
+
+    class Block(nn.Module):
+        def __init__(self, cin: int, planes: int, stride: int) -> None:
+            super().__init__()
+            self.c1 = nn.Conv2d(cin, planes, 3, stride, 1, bias=False)
+            self.b1 = nn.BatchNorm2d(planes)
+            self.c2 = nn.Conv2d(planes, planes, 3, 1, 1, bias=False)
+            self.b2 = nn.BatchNorm2d(planes)
+            self.sc = (
+                nn.Sequential(nn.Conv2d(cin, planes, 1, stride, bias=False), nn.BatchNorm2d(planes))
+                if stride != 1 or cin != planes
+                else nn.Identity()
+            )
+
+        def forward(self, x):  # noqa: ANN001, ANN202
+            y = torch.relu(self.b1(self.c1(x)))
+            return torch.relu(self.b2(self.c2(y)) + self.sc(x))
+
+    class LSTMNet(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.lstm = nn.LSTM(64, 128)
+            self.fc = nn.Linear(128, 10)
+
+        def forward(self, x):  # noqa: ANN001, ANN202
+            _, (h, _) = self.lstm(x)
+            return self.fc(h[0])
+
+    def resnet() -> nn.Module:
+        mods: list[nn.Module] = [nn.Conv2d(3, 16, 3, 1, 1, bias=False), nn.BatchNorm2d(16), nn.ReLU()]
+        cin = 16
+        for planes, stride in ((16, 1), (32, 2), (64, 2)):
+            for i in range(3):
+                mods.append(Block(cin, planes, stride if i == 0 else 1))
+                cin = planes
+        mods += [nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(64, 10)]
+        return nn.Sequential(*mods)
+
+    nets = {
+        "mlp": lambda: nn.Sequential(nn.Linear(784, 512), nn.ReLU(), nn.Linear(512, 256), nn.ReLU(),
+                                     nn.Linear(256, 10)),
+        "cnn": lambda: nn.Sequential(
+            nn.Conv2d(1, 32, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2),
+            nn.Conv2d(32, 64, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2),
+            nn.Flatten(), nn.Linear(3136, 1024), nn.ReLU(), nn.Linear(1024, 10),
+        ),
+        "resnet20": resnet,
+        "lstm": LSTMNet,
+    }
+    shape, _ = SHAPES[name]
+    batch = shape[1] if name == "lstm" else shape[0]
+    net = nets[name]()
+    net.train()
+    sgd = torch.optim.SGD(net.parameters(), lr=0.01, momentum=0.9)
+    rng = np.random.default_rng(0)
+    x = torch.from_numpy(rng.standard_normal(shape).astype(np.float32))
+    y = torch.from_numpy(rng.integers(0, 10, batch).astype(np.int64))
+    loss_fn = nn.CrossEntropyLoss()
+
+    def step() -> None:
+        sgd.zero_grad(set_to_none=True)
+        loss_fn(net(x), y).backward()
+        sgd.step()
+
+    return time_steps(step, steps)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--steps", type=int, default=30)
+    p.add_argument("--only", default="mlp,cnn,resnet20,lstm")
+    args = p.parse_args()
+    print(f"threads: {THREADS}; OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE', 'unset')}; "
+          f"numpy {np.__version__}")
+    header = f"{'workload':36} {'eager ms (min)':>16} {'graph ms (min)':>16} {'torch ms (min)':>16} " \
+             f"{'eager/torch':>11} {'graph/torch':>11}"
+    print(header)
+    print("-" * len(header))
+    for name in args.only.split(","):
+        eager = time_steps_summary(bench_singa(name, False, args.steps))
+        graph = time_steps_summary(bench_singa(name, True, args.steps))
+        t = bench_torch(name, args.steps)
+        torch_s = time_steps_summary(t) if t else None
+        ratio = (lambda a: f"{a[0] / torch_s[0]:.2f}") if torch_s else (lambda a: "n/a")
+        print(f"{SHAPES[name][1]:36} {fmt(eager):>16} {fmt(graph):>16} {fmt(torch_s):>16} "
+              f"{ratio(eager):>11} {ratio(graph):>11}", flush=True)
+
+
+def time_steps_summary(times: list[float]) -> tuple[float, float]:
+    return statistics.median(times), min(times)
+
+
+def fmt(s: tuple[float, float] | None) -> str:
+    return "n/a" if s is None else f"{s[0]:.2f} ({s[1]:.2f})"
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,324 @@
+"""Indexing ops: slice, getitem, gather/scatter, where, onehot, nonzero."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
+from opcheck import check_forward, check_grad, run
+
+from singa_lite import autograd, tensor
+from singa_lite.errors import DTypeError, ShapeError
+from singa_lite.ops import shape as S
+
+DTYPES = [np.float16, np.float32, np.float64, np.int32, np.int64, np.bool_]
+
+
+def elements(dtype: type) -> st.SearchStrategy:
+    kind = np.dtype(dtype).kind
+    if kind == "f":
+        return st.floats(-4, 4, width=16)
+    return st.booleans() if kind == "b" else st.integers(-20, 20)
+
+
+@st.composite
+def arrays(draw: st.DrawFn, min_dims: int = 1, max_dims: int = 3, min_side: int = 0) -> np.ndarray:
+    dtype = draw(st.sampled_from(DTYPES))
+    shape = hnp.array_shapes(min_dims=min_dims, max_dims=max_dims, min_side=min_side, max_side=4)
+    return draw(hnp.arrays(dtype, shape, elements=elements(dtype)))
+
+
+def rand(*shape: int, seed: int = 0) -> np.ndarray:
+    return np.random.default_rng(seed).standard_normal(shape)
+
+
+def t_(x, dev) -> tensor.Tensor:
+    return tensor.from_numpy(np.asarray(x), dev)
+
+
+def onnx_slice_ref(x, starts, ends, axes, steps):
+    """ONNX's reference Slice, written independently from the op (index lists, not slices)."""
+    idx = [np.arange(s) for s in x.shape]
+    for start, end, axis, step in zip(starts, ends, axes, steps):
+        dim = x.shape[axis]
+        start, end = (start + dim if start < 0 else start), (end + dim if end < 0 else end)
+        if step > 0:
+            start, end = np.clip(start, 0, dim), np.clip(end, 0, dim)
+            idx[axis] = np.arange(start, end, step)
+        else:
+            start, end = np.clip(start, 0, dim - 1), np.clip(end, -1, dim - 1)
+            idx[axis] = np.arange(start, end, step) if dim else np.arange(0)
+    return x[np.ix_(*idx)]
+
+
+@given(x=arrays(), data=st.data())
+def test_slice_forward(dev, x, data):
+    axes = data.draw(st.lists(st.integers(0, x.ndim - 1), min_size=1, max_size=x.ndim, unique=True))
+    big = st.sampled_from([2**62, -(2**62)]) | st.integers(-6, 6)
+    starts = [data.draw(big) for _ in axes]
+    ends = [data.draw(big) for _ in axes]
+    steps = [data.draw(st.sampled_from([1, 2, -1, -3])) for _ in axes]
+    neg_axes = [a - x.ndim if data.draw(st.booleans()) else a for a in axes]
+    check_forward(
+        lambda t: S.slice(t, starts, ends, neg_axes, steps),
+        lambda a: onnx_slice_ref(a, starts, ends, axes, steps),
+        [x],
+        dev,
+    )
+
+
+def test_slice_defaults_and_grad(dev):
+    x = rand(3, 4)
+    check_forward(lambda t: S.slice(t, [1, -3], [3, 100]), lambda a: a[1:3, -3:], [x], dev)
+    check_grad(lambda t: S.slice(t, [-1, 0], [-10, 4], [0, 1], [-2, 3]), [x], dev)
+
+
+def test_slice_errors(dev):
+    t = t_(np.zeros((2, 3), np.float32), dev)
+    with pytest.raises(ShapeError, match=r"Slice.*zero step.*\(2, 3\)"):
+        S.slice(t, [0], [1], [0], [0])
+    with pytest.raises(ShapeError, match=r"Slice.*same length"):
+        S.slice(t, [0, 0], [1])
+    with pytest.raises(ShapeError, match=r"Slice.*out of range"):
+        S.slice(t, [0], [1], [2])
+
+
+KEYS = [
+    (1,),
+    (slice(None, None, -1), 0),
+    (Ellipsis, None, slice(1, 3)),
+    ([0, 2, 0],),
+    (slice(None), [[1, 1], [0, 2]]),
+    ([0, 1], [2, 2]),
+    (np.array([True, False, True]),),
+    ("mask",),
+    ("tensor",),
+    (None, 0, [1, 0, 1], Ellipsis),
+]
+
+
+@pytest.mark.parametrize("key", KEYS, ids=str)
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_getitem_forward(dev, key, dtype):
+    x = (np.arange(3 * 3 * 4) % 5).reshape(3, 3, 4).astype(dtype)
+    mask = x.astype(np.float64) > 2
+    idx = np.array([2, 0, 2])
+
+    def resolve(wrap):
+        named = {"mask": mask, "tensor": idx}
+        return tuple(wrap(named[k]) if isinstance(k, str) else k for k in key)
+
+    check_forward(lambda t: t[resolve(lambda a: t_(a, dev))], lambda a: a[resolve(lambda a: a)], [x], dev)
+
+
+@pytest.mark.parametrize("key", KEYS, ids=str)
+def test_getitem_grad(dev, key):
+    x = rand(3, 3, 4)
+    mask = x > 0
+    idx = np.array([2, 0, 2])  # repeated: gradients must add up
+    named = {"mask": mask, "tensor": t_(idx, dev)}
+    resolved = tuple(named[k] if isinstance(k, str) else k for k in key)
+    check_grad(lambda t: S.getitem(t, resolved), [x], dev)
+
+
+def test_getitem_errors(dev):
+    t = t_(np.zeros((2, 3), np.float32), dev)
+    with pytest.raises(IndexError, match=r"GetItem.*\(2, 3\)"):
+        t[2]
+    with pytest.raises(IndexError, match="GetItem"):
+        t[[0, 5]]
+
+
+@given(x=arrays(), data=st.data())
+def test_gather_forward(dev, x, data):
+    axis = data.draw(st.integers(-x.ndim, x.ndim - 1))
+    n = x.shape[axis]
+    ishape = data.draw(hnp.array_shapes(min_dims=0, max_dims=2, max_side=3))
+    if n == 0:
+        ishape = (0,)
+    idx = data.draw(hnp.arrays(np.int64, ishape, elements=st.integers(-n, max(n - 1, -n))))
+    check_forward(lambda t: S.gather(t, axis, idx), lambda a: np.take(a, idx, axis=axis), [x], dev)
+    check_forward(
+        lambda t: S.gather(t, axis, t_(idx.astype(np.int32), dev)), lambda a: np.take(a, idx, axis), [x], dev
+    )
+
+
+def test_gather_grad(dev):
+    check_grad(lambda t: S.gather(t, 1, [[0, 2], [2, -1]]), [rand(2, 3, 2)], dev)
+    check_grad(lambda t: S.gather(t, 0, 1), [rand(3, 2)], dev)
+    # Repeated indices accumulate: d/dx sum(gather(x, [0, 0, 1])) = [2, 1, 0].
+    autograd.training = True
+    t = t_(np.zeros(3), dev)
+    t.requires_grad = t.stores_grad = True
+    g = autograd.gradients(S.gather(t, 0, [0, 0, 1]))[t]
+    assert tensor.to_numpy(g).tolist() == [2.0, 1.0, 0.0]
+
+
+def test_gather_errors(dev):
+    t = t_(np.zeros((2, 3), np.float32), dev)
+    with pytest.raises(ShapeError, match=r"Gather: index out of range \[-3, 3\): min 0, max 3.*\(2, 3\)"):
+        S.gather(t, 1, [0, 3])
+    with pytest.raises(ShapeError, match="Gather"):
+        S.gather(t, 0, [-3])
+    with pytest.raises(DTypeError, match="gather: indices must be integers"):
+        S.gather(t, 0, t_(np.zeros(2, np.float32), dev))
+    with pytest.raises(ShapeError, match="out of range"):
+        S.gather(t, 2, [0])
+
+
+def _along(x, idx, axis):
+    grid = list(np.ogrid[tuple(slice(n) for n in idx.shape)])
+    grid[axis] = np.where(idx < 0, idx + x.shape[axis], idx)
+    return tuple(grid)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("axis", [0, 1, -1])
+def test_gather_scatter_elements_forward(dev, dtype, axis):
+    rng = np.random.default_rng(1)
+    x = rng.integers(-5, 5, (3, 4)).astype(dtype)
+    idx = rng.integers(-x.shape[axis], x.shape[axis], (2, 3))
+    check_forward(lambda t: S.gather_elements(t, idx, axis), lambda a: a[_along(a, idx, axis)], [x], dev)
+    upd = rng.integers(-5, 5, (2, 3)).astype(dtype)
+    reductions = ["none", "add", "mul", "max", "min"] if dtype != np.bool_ else ["none", "max", "min"]
+    for red in reductions:
+
+        def ref(a, u, red=red):
+            y = a.copy()
+            key = _along(a, idx, axis)
+            if red == "none":
+                y[key] = u
+            else:
+                getattr(np, {"add": "add", "mul": "multiply", "max": "maximum", "min": "minimum"}[red]).at(
+                    y, key, u
+                )
+            return y
+
+        fn = lambda a, u, red=red: S.scatter_elements(a, t_(idx, dev), u, axis, red)  # noqa: E731
+        check_forward(fn, ref, [x, upd], dev)
+
+
+def test_gather_scatter_elements_grad(dev):
+    idx = np.array([[0, 2, 0], [0, 1, 2]])  # repeats along axis 0 in column 0
+    check_grad(lambda t: S.gather_elements(t, idx, 0), [rand(3, 3)], dev)
+    check_grad(lambda t: S.gather_elements(t, idx, 1), [rand(2, 4)], dev)
+    unique = np.array([[0, 2, 1], [1, 0, 2]])
+    for red in ("none", "add"):
+        check_grad(
+            lambda a, u, red=red: S.scatter_elements(a, unique, u, 0, red), [rand(3, 3), rand(2, 3)], dev
+        )
+        check_grad(lambda a, u, red=red: S.scatter_elements(a, idx, u, 1, red), [rand(2, 4), rand(2, 3)], dev)
+    # With repeats and reduction none, only the update that lands gets a gradient.
+    check_grad(lambda a, u: S.scatter_elements(a, idx, u, 0), [rand(3, 3), rand(2, 3)], dev)
+
+
+def test_gather_scatter_elements_errors(dev):
+    x = t_(np.zeros((2, 3), np.float32), dev)
+    with pytest.raises(ShapeError, match=r"GatherElements.*out of range.*\(2, 3\)"):
+        S.gather_elements(x, np.array([[2]]), 0)
+    with pytest.raises(ShapeError, match=r"GatherElements.*rank"):
+        S.gather_elements(x, np.array([0]), 0)
+    u = t_(np.zeros((1, 2), np.float32), dev)
+    with pytest.raises(ShapeError, match=r"ScatterElements.*same shape"):
+        S.scatter_elements(x, np.zeros((1, 1), np.int64), u)
+    with pytest.raises(DTypeError, match="ScatterElements"):
+        S.scatter_elements(x, np.zeros((1, 2), np.int64), t_(np.zeros((1, 2)), dev))
+    with pytest.raises(ValueError, match="reduction"):
+        S.scatter_elements(x, np.zeros((1, 2), np.int64), u, reduction="mean")
+
+
+@given(
+    c=hnp.arrays(np.bool_, hnp.array_shapes(max_dims=2, max_side=3)),
+    dtype=st.sampled_from(DTYPES),
+    data=st.data(),
+)
+def test_where_forward(dev, c, dtype, data):
+    shape = data.draw(hnp.broadcastable_shapes(c.shape, max_dims=3, max_side=3))
+    x = data.draw(hnp.arrays(dtype, shape, elements=elements(dtype)))
+    y = data.draw(hnp.arrays(dtype, c.shape, elements=elements(dtype)))
+    check_forward(S.where, np.where, [c, x, y], dev)
+
+
+def test_where_grad_and_scalars(dev):
+    c = np.array([[True, False, True]])
+    check_grad(S.where, [np.array([True, False]).reshape(2, 1), rand(2, 3), rand(3)], dev, wrt=[1, 2])
+    check_forward(
+        lambda a: S.where(t_(c, dev), a, 0.0),
+        lambda a: np.where(c, a, a.dtype.type(0)),
+        [np.ones((2, 3), np.float32)],
+        dev,
+    )
+    check_forward(
+        lambda a: S.where(t_(c, dev), 5, a),
+        lambda a: np.where(c, a.dtype.type(5), a),
+        [np.ones(3, np.int32)],
+        dev,
+    )
+
+
+def test_where_errors(dev):
+    c = t_(np.ones(3, bool), dev)
+    with pytest.raises(ShapeError, match=r"Where.*\(3,\), \(2,\)"):
+        S.where(c, t_(np.ones(2, np.float32), dev), t_(np.ones(3, np.float32), dev))
+    with pytest.raises(DTypeError, match="Where"):
+        S.where(c, t_(np.ones(3, np.float32), dev), t_(np.ones(3, np.float64), dev))
+
+
+def onehot_ref(idx, depth, values, axis):
+    idx = np.where(idx < 0, idx + depth, idx)
+    hot = idx[..., None] == np.arange(depth)
+    return np.where(np.moveaxis(hot, -1, axis), values[1], values[0])
+
+
+@given(
+    idx=hnp.arrays(
+        np.int64, hnp.array_shapes(min_dims=0, max_dims=2, max_side=3), elements=st.integers(-5, 5)
+    ),
+    depth=st.integers(1, 4),
+    data=st.data(),
+)
+def test_onehot(dev, idx, depth, data):
+    axis = data.draw(st.integers(-idx.ndim - 1, idx.ndim))
+    want = onehot_ref(idx, depth, np.array([0, 1], np.float32), axis)
+    check_forward(lambda t: S.onehot(t, depth, axis=axis), lambda a: want, [idx], dev)
+    vals = np.array([-1, 3], np.int32)
+    check_forward(
+        lambda t, v: S.onehot(t, t_(np.array([depth]), dev), v, axis),
+        lambda a, v: onehot_ref(a, depth, v, axis),
+        [idx, vals],
+        dev,
+    )
+    check_forward(
+        lambda t: S.onehot(t, depth, (2.0, 5.0), axis),
+        lambda a: onehot_ref(a, depth, np.float32([2, 5]), axis),
+        [idx.astype(np.float32)],
+        dev,
+    )
+
+
+def test_onehot_errors(dev):
+    with pytest.raises(ShapeError, match="depth"):
+        S.onehot(t_(np.zeros(2, np.int64), dev), 0)
+    with pytest.raises(ShapeError, match=r"OneHot.*two entries"):
+        S.onehot(t_(np.zeros(2, np.int64), dev), 3, t_(np.zeros(3, np.float32), dev))
+
+
+@given(x=arrays(min_dims=0))
+def test_nonzero(dev, x):
+    want = (
+        np.zeros((0, int(x != 0)), np.int64)
+        if x.ndim == 0
+        else np.array(np.nonzero(x), np.int64).reshape(x.ndim, -1)
+    )
+    check_forward(S.nonzero, lambda a: want, [x], dev)
+
+
+def test_index_outputs_pass_no_gradient(dev):
+    autograd.training = True
+    t = t_(rand(2, 3), dev)
+    t.requires_grad = t.stores_grad = True
+    assert S.nonzero(t).dtype == np.int64
+    assert S.shape_of(t).dtype == np.int64
+    assert run(lambda a: S.onehot(a, 3), [np.array([1])], dev)[0].dtype == np.float32

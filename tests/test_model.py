@@ -1,0 +1,129 @@
+"""Model: compile, call dispatch, summary, and graph mode equal to eager mode."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from singa_lite import autograd, layer, model, opt, tensor
+
+
+class CNN(model.Model):
+    def __init__(self):
+        super().__init__()
+        self.conv = layer.Conv2d(4, 3, padding=1)
+        self.bn = layer.BatchNorm2d()
+        self.relu = layer.ReLU()
+        self.pool = layer.MaxPool2d(2)
+        self.flat = layer.Flatten()
+        self.drop = layer.Dropout(0.2)
+        self.fc = layer.Linear(3)
+        self.loss = layer.SoftMaxCrossEntropy()
+
+    def forward(self, x):
+        y = self.pool(self.relu(self.bn(self.conv(x))))
+        return self.fc(self.drop(self.flat(y)))
+
+    def train_one_batch(self, x, y):
+        out = self.forward(x)
+        loss = self.loss(out, y)
+        self.optimizer(loss)
+        return out, loss
+
+
+def _data(steps, n=6, seed=0):
+    rng = np.random.default_rng(seed)
+    return [
+        (rng.standard_normal((n, 2, 6, 6)).astype(np.float32), rng.integers(0, 3, n).astype(np.int32))
+        for _ in range(steps)
+    ]
+
+
+def _train(use_graph, optimizer, steps=8, dev=None, seed=3):
+    m = CNN()
+    m.set_optimizer(optimizer)
+    if dev is not None:
+        dev.SetRandSeed(seed)
+    tx = tensor.Tensor((6, 2, 6, 6), dev)
+    ty = tensor.Tensor((6,), dev, tensor.int32)
+    m.compile([tx], is_train=True, use_graph=use_graph)
+    # identical initial weights for both runs
+    init = np.random.default_rng(1)
+    for p in m.get_params().values():
+        p.copy_from_numpy(init.standard_normal(p.shape).astype(np.float32) * 0.3)
+    if dev is not None:
+        dev.SetRandSeed(seed)  # same dropout masks
+    losses = []
+    for xb, yb in _data(steps):
+        tx.copy_from_numpy(xb)
+        ty.copy_from_numpy(yb)
+        _, loss = m(tx, ty)
+        losses.append(tensor.to_numpy(loss)[0])
+    return np.array(losses), {k: tensor.to_numpy(v) for k, v in m.get_states().items()}, m
+
+
+@pytest.mark.parametrize("make_opt", [lambda: opt.SGD(lr=0.05, momentum=0.9), lambda: opt.Adam(lr=0.01)])
+def test_graph_mode_equals_eager(dev, make_opt):
+    eager_losses, eager_states, _ = _train(False, make_opt(), dev=dev)
+    graph_losses, graph_states, m = _train(True, make_opt(), dev=dev)
+    assert m._graph is not None and len(m._graph.tape) > 5
+    np.testing.assert_array_equal(graph_losses, eager_losses)
+    for k in eager_states:
+        np.testing.assert_array_equal(graph_states[k], eager_states[k], err_msg=k)
+    assert eager_losses[-1] < eager_losses[0]
+
+
+def test_graph_mode_with_fresh_input_tensors_and_shape_change():
+    m = CNN()
+    m.set_optimizer(opt.SGD(lr=0.05))
+    m.compile([tensor.Tensor((6, 2, 6, 6))], is_train=True, use_graph=True)
+    for xb, yb in _data(3):
+        _, loss = m(tensor.from_numpy(xb), tensor.from_numpy(yb))
+    xb, yb = _data(1, n=4)[0]
+    with pytest.warns(UserWarning, match="eagerly"):
+        out, _ = m(tensor.from_numpy(xb), tensor.from_numpy(yb))
+    assert out.shape == (4, 3)
+
+
+def test_compile_builds_layers_without_touching_statistics():
+    m = CNN()
+    m.set_optimizer(opt.SGD(lr=0.1))
+    m.compile([tensor.Tensor((2, 2, 6, 6))], is_train=True)
+    assert sorted(m.get_params()) == ["bn.bias", "bn.scale", "conv.W", "conv.b", "fc.W", "fc.b"]
+    np.testing.assert_array_equal(tensor.to_numpy(m.bn.running_mean), 0)
+    assert autograd.training is True and m.training
+
+
+def test_call_dispatch_train_and_eval():
+    m = CNN()
+    m.set_optimizer(opt.SGD(lr=0.1))
+    m.compile([tensor.Tensor((2, 2, 6, 6))], is_train=True)
+    xb, yb = _data(1, n=2)[0]
+    out, loss = m(tensor.from_numpy(xb), tensor.from_numpy(yb))
+    assert loss.shape == (1,)
+    m.eval()
+    assert autograd.training is False
+    y = m(tensor.from_numpy(xb))
+    assert y.shape == (2, 3) and y.creator is None
+    y2 = m(tensor.from_numpy(xb))
+    np.testing.assert_array_equal(tensor.to_numpy(y), tensor.to_numpy(y2))  # dropout off
+
+
+def test_summary_lists_layers_shapes_and_counts():
+    m = CNN()
+    m.compile([tensor.Tensor((2, 2, 6, 6))], is_train=False)
+    text = m.summary(print_fn=lambda s: None)
+    assert "conv" in text and "(2, 4, 6, 6)" in text and "(2, 3)" in text
+    n = sum(p.size() for p in m.get_params().values())
+    assert f"total params: {n:,}" in text
+
+
+def test_model_without_train_one_batch_says_so():
+    class Bare(model.Model):
+        def forward(self, x):
+            return x
+
+    m = Bare()
+    m.train()
+    with pytest.raises(TypeError, match="train_one_batch"):
+        m(tensor.Tensor((1,)))
