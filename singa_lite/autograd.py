@@ -72,6 +72,10 @@ class Operator:
         ys = self.forward(*[x.data for x in xs])
         if not isinstance(ys, tuple):
             ys = (ys,)
+        nd = dev.xp.ndarray
+        if not all(isinstance(y, nd) for y in ys):
+            # NumPy turns 0-d arithmetic into scalars; tensors always hold arrays.
+            ys = tuple(y if isinstance(y, nd) else dev.xp.asarray(y) for y in ys)
         record = training and _grad_enabled and any(x.requires_grad for x in xs)
         if record:
             self.inputs = xs

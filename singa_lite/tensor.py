@@ -141,10 +141,10 @@ class Tensor:
         return bool(self.data)
 
     def __float__(self) -> float:
-        return float(self.data)
+        return float(self.data.reshape(()).item())
 
     def __int__(self) -> int:
-        return int(self.data)
+        return int(self.data.reshape(()).item())
 
     __hash__ = object.__hash__
 

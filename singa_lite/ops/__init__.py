@@ -24,6 +24,8 @@ _FAMILIES = (elementwise, activation, reduce, shape, linalg, conv, pool, normali
 __all__: list[str] = []
 for _family in _FAMILIES:
     for _name in _family.__all__:
+        if _name in __all__:  # two families exporting one name would silently shadow an op
+            raise ImportError(f"ops: {_name!r} is exported by more than one op family")
         globals()[_name] = getattr(_family, _name)
         __all__.append(_name)
 del _family, _name

@@ -1,5 +1,8 @@
 """Activation functions, softmax and ``add_bias``.
 
+NumPy turns the result of arithmetic on a 0-d array into a scalar, which ``out=`` cannot take, so
+a temporary that is updated in place starts as ``xp.empty_like(x)`` filled through ``out=``.
+
 ``relu``, ``sigmoid``, ``tanh``, ``softmax`` and ``add_bias`` run in every training step, so
 they work in place on their own temporaries and save the output (not the input) where the
 gradient can be written in terms of it. All keep the input's dtype; everything but ``relu``,
@@ -11,8 +14,11 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import numpy as np  # shape arithmetic only (CuPy may lack broadcast_shapes); array math uses xp
+
+from singa_lite.autograd import Operator
 from singa_lite.ops._util import normalize_axis, unbroadcast
-from singa_lite.ops.unary import FloatOp, erf_array
+from singa_lite.ops.unary import CheckedOp, erf_array
 from singa_lite.tensor import Tensor
 
 __all__ = [
@@ -51,19 +57,25 @@ __all__ = [
 
 
 def sigmoid_array(xp: Any, x: Any) -> Any:
-    """1 / (1 + e^-x) that never overflows and stays exact in the tails (e^x / (1 + e^x) for x < 0)."""
-    e = xp.abs(x)
-    xp.negative(e, out=e)
-    xp.exp(e, out=e)  # e = exp(-|x|) in (0, 1]
-    y = e + 1
-    xp.reciprocal(y, out=y)  # 1 / (1 + e): the value for x >= 0
-    e *= y  # e / (1 + e): the value for x < 0
-    xp.copyto(y, e, where=x < 0)
+    """1 / (1 + e^-x) in x's dtype, in place on one temporary.
+
+    This form is exact in both tails (for x << 0 it is 1 / e^-x); capping -x just below
+    log(dtype max) keeps e^-x finite, which changes only results already below the dtype's
+    smallest normal number. float16 is computed in float32: its e^-x would saturate at 65504.
+    """
+    if x.dtype.itemsize < 4:
+        return sigmoid_array(xp, x.astype(xp.float32)).astype(x.dtype)
+    cap = math.log(float(xp.finfo(x.dtype).max)) - 1
+    y = xp.negative(x, out=xp.empty_like(x))
+    xp.minimum(y, cap, out=y)
+    xp.exp(y, out=y)
+    y += 1
+    xp.reciprocal(y, out=y)
     return y
 
 
 # -- the every-step activations ----------------------------------------------------------------
-class ReLU(FloatOp):
+class ReLU(CheckedOp):
     kinds = "fiu"
 
     def forward(self, x: Any) -> Any:
@@ -74,7 +86,7 @@ class ReLU(FloatOp):
         return dy * (self.y > 0)
 
 
-class Sigmoid(FloatOp):
+class Sigmoid(CheckedOp):
     def forward(self, x: Any) -> Any:
         self.y = sigmoid_array(self.xp, x)
         return self.y
@@ -86,19 +98,20 @@ class Sigmoid(FloatOp):
         return g
 
 
-class Tanh(FloatOp):
+class Tanh(CheckedOp):
     def forward(self, x: Any) -> Any:
         self.y = self.xp.tanh(x)
         return self.y
 
     def backward(self, dy: Any) -> Any:
-        g = self.y * self.y
-        self.xp.subtract(1, g, out=g)
+        xp = self.xp
+        g = xp.multiply(self.y, self.y, out=xp.empty_like(self.y))
+        xp.subtract(1, g, out=g)
         g *= dy
         return g
 
 
-class SoftMax(FloatOp):
+class SoftMax(CheckedOp):
     """exp(x) / sum(exp(x)) along ``axis``, shifted by the max so exp cannot overflow."""
 
     def __init__(self, axis: int = 1) -> None:
@@ -120,7 +133,7 @@ class SoftMax(FloatOp):
         return dx
 
 
-class LogSoftmax(FloatOp):
+class LogSoftmax(CheckedOp):
     """x - log(sum(exp(x))) along ``axis``, computed without overflow."""
 
     def __init__(self, axis: int = 1) -> None:
@@ -141,7 +154,7 @@ class LogSoftmax(FloatOp):
         return dy - g
 
 
-class AddBias(FloatOp):
+class AddBias(CheckedOp):
     """SINGA's bias add: ``axis=0`` adds ``b`` to every row, ``axis=1`` to every column."""
 
     kinds = "fiu"
@@ -170,7 +183,7 @@ class AddBias(FloatOp):
 
 
 # -- rectifier variants ------------------------------------------------------------------------
-class LeakyRelu(FloatOp):
+class LeakyRelu(CheckedOp):
     def __init__(self, a: float = 0.01) -> None:
         super().__init__()
         self.a = a
@@ -183,7 +196,7 @@ class LeakyRelu(FloatOp):
         return self.xp.where(self.pos, dy, dy * self.a)
 
 
-class Elu(FloatOp):
+class Elu(CheckedOp):
     def __init__(self, alpha: float = 1.0) -> None:
         super().__init__()
         self.alpha = alpha
@@ -218,12 +231,12 @@ class SeLU(Elu):
         return self.xp.where(self.pos, dy * self.gamma, dy * (self.y + self.gamma * self.alpha))
 
 
-class PRelu(FloatOp):
+class PRelu(CheckedOp):
     """ONNX PRelu: ``x`` where positive, else ``slope * x``; ``slope`` broadcasts to ``x``."""
 
     def forward(self, x: Any, slope: Any) -> Any:
         try:
-            fits = self.xp.broadcast_shapes(x.shape, slope.shape) == x.shape
+            fits = np.broadcast_shapes(x.shape, slope.shape) == x.shape
         except ValueError:
             fits = False
         if not fits:
@@ -242,13 +255,13 @@ class PRelu(FloatOp):
 
 
 # -- smooth and saturating ---------------------------------------------------------------------
-class HardSigmoid(FloatOp):
+class HardSigmoid(CheckedOp):
     def __init__(self, alpha: float = 0.2, gamma: float = 0.5) -> None:
         super().__init__()
         self.alpha, self.gamma = alpha, gamma
 
     def forward(self, x: Any) -> Any:
-        z = x * self.alpha
+        z = self.xp.multiply(x, self.alpha, out=self.xp.empty_like(x))
         z += self.gamma
         self.inside = (z > 0) & (z < 1)
         return self.xp.clip(z, 0, 1, out=z)
@@ -257,13 +270,13 @@ class HardSigmoid(FloatOp):
         return dy * self.inside * self.alpha
 
 
-class SoftPlus(FloatOp):
+class SoftPlus(CheckedOp):
     """log(1 + e^x), as log1p(e^-|x|) + max(x, 0) so it neither overflows nor loses the tail."""
 
     def forward(self, x: Any) -> Any:
         xp = self.xp
         self.x = x
-        y = xp.abs(x)
+        y = xp.abs(x, out=xp.empty_like(x))
         xp.negative(y, out=y)
         xp.exp(y, out=y)
         xp.log1p(y, out=y)
@@ -274,7 +287,7 @@ class SoftPlus(FloatOp):
         return dy * sigmoid_array(self.xp, self.x)
 
 
-class SoftSign(FloatOp):
+class SoftSign(CheckedOp):
     def forward(self, x: Any) -> Any:
         self.d = d = self.xp.abs(x)
         d += 1
@@ -290,7 +303,7 @@ _INV_SQRT2 = 1 / math.sqrt(2)
 _INV_SQRT_2PI = 1 / math.sqrt(2 * math.pi)
 
 
-class Gelu(FloatOp):
+class Gelu(CheckedOp):
     """x * Phi(x): exact with erf, or the tanh approximation of Hendrycks & Gimpel."""
 
     def __init__(self, approximate: str = "none") -> None:
@@ -301,12 +314,15 @@ class Gelu(FloatOp):
 
     def forward(self, x: Any) -> Any:
         xp = self.xp
-        self.x = x
+        # Beyond |x| = 10 (tanh form) or 40 (exact) the curve's second term is 0 in every dtype;
+        # clipping there keeps x^2 and x^3 finite in float16, where 1e4^2 would overflow.
+        bound = 10.0 if self.approximate == "tanh" else 40.0
+        self.xc = xc = xp.clip(x, -bound, bound, out=xp.empty_like(x))
         if self.approximate == "tanh":
-            u = x * x
+            u = xp.multiply(xc, xc, out=xp.empty_like(x))
             u *= _GELU_K
             u += 1
-            u *= x
+            u *= xc
             u *= _GELU_C  # u = c (x + k x^3)
             self.t = xp.tanh(u, out=u)
             cdf = self.t + 1
@@ -318,29 +334,26 @@ class Gelu(FloatOp):
         return x * cdf
 
     def backward(self, dy: Any) -> Any:
-        xp, x = self.xp, self.x
+        xp, xc = self.xp, self.xc
+        g = xp.multiply(xc, xc, out=xp.empty_like(xc))
         if self.approximate == "tanh":
             # d/dx 0.5 x (1 + t) = 0.5 (1 + t) + 0.5 x (1 - t^2) c (1 + 3k x^2)
-            g = x * x
             g *= 3 * _GELU_K
             g += 1
             g *= 1 - self.t * self.t
-            g *= (0.5 * _GELU_C) * x
+            g *= (0.5 * _GELU_C) * xc
         else:
             # d/dx x Phi(x) = Phi(x) + x phi(x)
-            g = x * x
             g *= -0.5
             xp.exp(g, out=g)
-            g *= _INV_SQRT_2PI * x
+            g *= _INV_SQRT_2PI * xc
         g += self.cdf
         g *= dy
         return g
 
 
-class Identity(FloatOp):
+class Identity(Operator):
     """The input itself; like SINGA's, the output shares the input's data."""
-
-    kinds = "fiub"
 
     def forward(self, x: Any) -> Any:
         return x

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np  # shape arithmetic only (CuPy may lack broadcast_shapes); array math uses xp
+
 from singa_lite.autograd import Operator
 from singa_lite.errors import DTypeError
 from singa_lite.ops import unary
@@ -63,7 +65,7 @@ class _Binary(Operator):
 
     def check(self, a: Any, b: Any) -> None:
         try:
-            self.xp.broadcast_shapes(a.shape, b.shape)
+            np.broadcast_shapes(a.shape, b.shape)
         except ValueError:
             raise self.error("operands cannot be broadcast together", a, b) from None
 
@@ -158,7 +160,7 @@ class _Variadic(Operator):
     def check(self, xs: tuple) -> None:
         self.shapes = [x.shape for x in xs]
         try:
-            self.xp.broadcast_shapes(*self.shapes)
+            np.broadcast_shapes(*self.shapes)
         except ValueError:
             raise self.error("operands cannot be broadcast together", *xs) from None
 

@@ -14,7 +14,7 @@ import math
 from typing import Any
 
 from singa_lite.autograd import Operator
-from singa_lite.errors import DTypeError
+from singa_lite.errors import DTypeError, ShapeError
 from singa_lite.tensor import Tensor
 
 __all__ = [
@@ -67,8 +67,9 @@ __all__ = [
 ]
 
 
-class FloatOp(Operator):
-    """An operator whose tensor inputs must have a dtype kind listed in ``kinds``.
+class CheckedOp(Operator):
+    """An operator whose tensor inputs must have a dtype kind listed in ``kinds`` (float only
+    by default; "fiu" adds signed and unsigned integers, "b" bool).
 
     The check runs before ``forward`` so the error names the op and the dtype instead of
     surfacing as a float64 result or a NumPy ``TypeError`` from deep inside.
@@ -78,8 +79,7 @@ class FloatOp(Operator):
 
     def __call__(self, *xs: Tensor) -> tuple[Tensor, ...]:
         for x in xs:
-            kind = getattr(x, "dtype", None)
-            if kind is not None and x.dtype.kind not in self.kinds:
+            if isinstance(x, Tensor) and x.dtype.kind not in self.kinds:
                 want = "a floating-point" if self.kinds == "f" else "a numeric (not bool)"
                 raise DTypeError(
                     f"{self.name}: expects {want} tensor, got {x.dtype}; "
@@ -88,7 +88,7 @@ class FloatOp(Operator):
         return super().__call__(*xs)
 
 
-class _IntOk(FloatOp):
+class _IntOk(CheckedOp):
     kinds = "fiu"
 
 
@@ -134,7 +134,7 @@ def erf_array(xp: Any, x: Any) -> Any:
     return xp.where(a < 1.0, small, large).astype(dtype, copy=False)
 
 
-class Erf(FloatOp):
+class Erf(CheckedOp):
     def forward(self, x: Any) -> Any:
         self.x = x
         return erf_array(self.xp, x)
@@ -163,7 +163,7 @@ class Square(_IntOk):
         return dy * (2 * self.x)
 
 
-class _Step(FloatOp):
+class _Step(CheckedOp):
     """A piecewise-constant op: its gradient is zero everywhere it is defined."""
 
     fn = "sign"
@@ -217,7 +217,7 @@ class Clip(_IntOk):
 
 
 # -- exponentials and powers -------------------------------------------------------------------
-class Exp(FloatOp):
+class Exp(CheckedOp):
     def forward(self, x: Any) -> Any:
         self.y = self.xp.exp(x)
         return self.y
@@ -226,7 +226,7 @@ class Exp(FloatOp):
         return dy * self.y
 
 
-class Log(FloatOp):
+class Log(CheckedOp):
     def forward(self, x: Any) -> Any:
         self.x = x
         return self.xp.log(x)
@@ -235,7 +235,7 @@ class Log(FloatOp):
         return dy / self.x
 
 
-class Sqrt(FloatOp):
+class Sqrt(CheckedOp):
     def forward(self, x: Any) -> Any:
         self.y = self.xp.sqrt(x)
         return self.y
@@ -244,7 +244,7 @@ class Sqrt(FloatOp):
         return dy / (2 * self.y)
 
 
-class Reciprocal(FloatOp):
+class Reciprocal(CheckedOp):
     def forward(self, x: Any) -> Any:
         self.y = self.xp.reciprocal(x)
         return self.y
@@ -254,7 +254,7 @@ class Reciprocal(FloatOp):
 
 
 # -- trigonometric and hyperbolic --------------------------------------------------------------
-class Sin(FloatOp):
+class Sin(CheckedOp):
     def forward(self, x: Any) -> Any:
         self.x = x
         return self.xp.sin(x)
@@ -263,7 +263,7 @@ class Sin(FloatOp):
         return dy * self.xp.cos(self.x)
 
 
-class Cos(FloatOp):
+class Cos(CheckedOp):
     def forward(self, x: Any) -> Any:
         self.x = x
         return self.xp.cos(x)
@@ -272,7 +272,7 @@ class Cos(FloatOp):
         return -dy * self.xp.sin(self.x)
 
 
-class Tan(FloatOp):
+class Tan(CheckedOp):
     def forward(self, x: Any) -> Any:
         self.y = self.xp.tan(x)
         return self.y
@@ -281,7 +281,7 @@ class Tan(FloatOp):
         return dy * (1 + self.y * self.y)
 
 
-class Asin(FloatOp):
+class Asin(CheckedOp):
     def forward(self, x: Any) -> Any:
         self.x = x
         return self.xp.arcsin(x)
@@ -290,7 +290,7 @@ class Asin(FloatOp):
         return dy / self.xp.sqrt(1 - self.x * self.x)
 
 
-class Acos(FloatOp):
+class Acos(CheckedOp):
     def forward(self, x: Any) -> Any:
         self.x = x
         return self.xp.arccos(x)
@@ -299,7 +299,7 @@ class Acos(FloatOp):
         return -dy / self.xp.sqrt(1 - self.x * self.x)
 
 
-class Atan(FloatOp):
+class Atan(CheckedOp):
     def forward(self, x: Any) -> Any:
         self.x = x
         return self.xp.arctan(x)
@@ -308,7 +308,7 @@ class Atan(FloatOp):
         return dy / (1 + self.x * self.x)
 
 
-class Sinh(FloatOp):
+class Sinh(CheckedOp):
     def forward(self, x: Any) -> Any:
         self.x = x
         return self.xp.sinh(x)
@@ -317,7 +317,7 @@ class Sinh(FloatOp):
         return dy * self.xp.cosh(self.x)
 
 
-class Cosh(FloatOp):
+class Cosh(CheckedOp):
     def forward(self, x: Any) -> Any:
         self.x = x
         return self.xp.cosh(x)
@@ -326,7 +326,7 @@ class Cosh(FloatOp):
         return dy * self.xp.sinh(self.x)
 
 
-class Asinh(FloatOp):
+class Asinh(CheckedOp):
     def forward(self, x: Any) -> Any:
         self.x = x
         return self.xp.arcsinh(x)
@@ -335,7 +335,7 @@ class Asinh(FloatOp):
         return dy / self.xp.sqrt(self.x * self.x + 1)
 
 
-class Acosh(FloatOp):
+class Acosh(CheckedOp):
     def forward(self, x: Any) -> Any:
         self.x = x
         return self.xp.arccosh(x)
@@ -344,7 +344,7 @@ class Acosh(FloatOp):
         return dy / self.xp.sqrt(self.x * self.x - 1)
 
 
-class Atanh(FloatOp):
+class Atanh(CheckedOp):
     def forward(self, x: Any) -> Any:
         self.x = x
         return self.xp.arctanh(x)
@@ -394,9 +394,15 @@ def clip(x: Tensor, min: float | Tensor | None = None, max: float | Tensor | Non
     >>> tensor.to_numpy(clip(tensor.from_numpy(np.array([-2.0, 0.5, 3.0])), 0, 1)).tolist()
     [0.0, 0.5, 1.0]
     """
-    lo = float(min) if isinstance(min, Tensor) else min
-    hi = float(max) if isinstance(max, Tensor) else max
-    return Clip(lo, hi)(x)[0]
+    return Clip(_bound(min), _bound(max))(x)[0]
+
+
+def _bound(b: float | Tensor | None) -> float | None:
+    if not isinstance(b, Tensor):
+        return b
+    if b.size() != 1:
+        raise ShapeError(f"Clip: a bound must be a number or a 1-element tensor, got shape {b.shape}")
+    return b.data.reshape(()).item()
 
 
 def exp(x: Tensor) -> Tensor:
