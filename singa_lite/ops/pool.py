@@ -23,19 +23,19 @@ from singa_lite.errors import DTypeError, ShapeError
 from singa_lite.tensor import Tensor
 
 __all__ = [
-    "MaxPool",
     "AvgPool",
     "GlobalAveragePool",
     "GlobalMaxPool",
-    "pool_output_size",
-    "max_pool",
+    "MaxPool",
     "avg_pool",
-    "max_pool2d",
-    "avg_pool2d",
-    "max_pool1d",
     "avg_pool1d",
+    "avg_pool2d",
     "global_average_pool",
     "global_max_pool",
+    "max_pool",
+    "max_pool1d",
+    "max_pool2d",
+    "pool_output_size",
 ]
 
 IntOrSeq = int | Sequence[int]
@@ -120,7 +120,7 @@ class _Window:
 
     def out_size(self, sizes: Sequence[int]) -> tuple[int, ...]:
         geo = zip(sizes, self.kernel, self.stride, self.begin, self.end, self.dilation)
-        out = tuple(_axis_out(*g, self.ceil_mode) for g in geo)
+        out = tuple(_axis_out(n, k, s, pb, pe, d, self.ceil_mode) for n, k, s, pb, pe, d in geo)
         if min(out) < 1:
             raise ShapeError(f"{self.opname}: kernel {self.kernel} does not fit input size {tuple(sizes)}")
         return out
@@ -128,7 +128,9 @@ class _Window:
     def pad_widths(self, sizes: Sequence[int], out: Sequence[int]) -> list[tuple[int, int]]:
         """Begin/end pad per spatial axis, the end grown so that ceil-mode windows fit."""
         widths = []
-        for size, o, k, s, d, pb, pe in zip(sizes, out, self.kernel, self.stride, self.dilation, self.begin, self.end):
+        for size, o, k, s, d, pb, pe in zip(
+            sizes, out, self.kernel, self.stride, self.dilation, self.begin, self.end
+        ):
             need = (o - 1) * s + d * (k - 1) + 1  # padded length the windows touch
             widths.append((pb, max(pe, need - size - pb)))
         return widths
@@ -171,6 +173,8 @@ class _Pool(Operator):
 
 class MaxPool(_Pool):
     """Max over each window; the gradient goes to the window's first maximum."""
+
+    arg: Any  # tap index of each window's maximum, kept only when recording for backward
 
     def forward(self, x: Any) -> Any:
         xp = self.xp
@@ -266,8 +270,10 @@ class GlobalAveragePool(Operator):
     def forward(self, x: Any) -> Any:
         if x.ndim < 3:
             raise self.error("expects an (N, C, *spatial) input with at least one spatial axis", x)
+        if x.dtype.kind != "f":
+            raise DTypeError(f"{self.name}: needs a floating-point input, got {x.dtype}")
         self.x_shape = x.shape
-        return x.mean(axis=tuple(range(2, x.ndim)), keepdims=True, dtype=x.dtype)
+        return x.mean(axis=tuple(range(2, x.ndim)), keepdims=True)
 
     def backward(self, dy: Any) -> Any:
         n = _numel(self.x_shape[2:])

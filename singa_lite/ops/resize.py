@@ -1,3 +1,241 @@
-"""(to be written)"""
+"""ONNX Resize and Upsample: nearest, (multi-)linear and cubic interpolation of N-D arrays.
 
-__all__: list[str] = []
+Interpolation is separable, so an N-D resize is a 1-D resize along each axis whose size
+changes. Along one axis every output position reads a few input positions (1 for nearest,
+2 for linear, 4 for cubic) with weights: the op gathers those "taps" with ``take`` and sums
+them, so the work is a loop over taps, never over pixels. The gradient is the transpose:
+each tap's weighted gradient is scatter-added back, and because tap indices never decrease
+along the axis, the outputs that land on one input form a run that is summed with a few
+strided gathers.
+
+Coordinate mapping (output index ``o`` to input coordinate, scale ``s = out / in``):
+half_pixel ``(o + 0.5) / s - 0.5``, pytorch_half_pixel (same, -0.5 when the output has
+length 1), half_pixel_symmetric, align_corners ``o * (in - 1) / (out - 1)``, asymmetric ``o / s``,
+tf_half_pixel_for_nn ``(o + 0.5) / s``. Coordinates beyond the input read its edge.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from singa_lite.autograd import Operator
+from singa_lite.errors import DTypeError, ShapeError
+from singa_lite.tensor import Tensor
+
+__all__ = ["Resize", "resize", "upsample"]
+
+_COORD_MODES = (
+    "half_pixel",
+    "pytorch_half_pixel",
+    "half_pixel_symmetric",
+    "align_corners",
+    "asymmetric",
+    "tf_half_pixel_for_nn",
+)
+_NEAREST_MODES = ("round_prefer_floor", "round_prefer_ceil", "floor", "ceil")
+_MODES = ("nearest", "linear", "cubic")
+
+
+def _choice(value: str, allowed: Sequence[str], what: str) -> str:
+    if value not in allowed:
+        raise ShapeError(f"resize: unsupported {what} {value!r}; use one of {', '.join(allowed)}")
+    return value
+
+
+class Resize(Operator):
+    """Resize ``x`` to ``sizes`` (or ``floor(shape * scales)``) with ONNX Resize semantics."""
+
+    def __init__(
+        self,
+        scales: Sequence[float] | None = None,
+        sizes: Sequence[int] | None = None,
+        mode: str = "nearest",
+        coordinate_transformation_mode: str = "half_pixel",
+        nearest_mode: str = "round_prefer_floor",
+        cubic_coeff_a: float = -0.75,
+        exclude_outside: int = 0,
+    ) -> None:
+        super().__init__("resize")
+        if (scales is None) == (sizes is None):
+            raise ShapeError("resize: give exactly one of scales and sizes")
+        self.scales = None if scales is None else tuple(float(s) for s in scales)
+        self.sizes = None if sizes is None else tuple(int(s) for s in sizes)
+        if self.scales is not None and min(self.scales, default=1) <= 0:
+            raise ShapeError(f"resize: scales must be positive, got {self.scales}")
+        if self.sizes is not None and min(self.sizes, default=1) < 1:
+            raise ShapeError(f"resize: sizes must be positive, got {self.sizes}")
+        self.mode = _choice(mode, _MODES, "mode")
+        self.coord = _choice(coordinate_transformation_mode, _COORD_MODES, "coordinate_transformation_mode")
+        self.nearest_mode = _choice(nearest_mode, _NEAREST_MODES, "nearest_mode")
+        self.cubic_a = float(cubic_coeff_a)
+        self.exclude_outside = bool(exclude_outside)
+
+    def forward(self, x: Any) -> Any:
+        if x.dtype.kind != "f":
+            raise DTypeError(f"resize: needs a floating-point input, got {x.dtype}")
+        given = self.scales if self.scales is not None else self.sizes
+        assert given is not None
+        if len(given) != x.ndim:
+            raise self.error(f"scales/sizes {given} need one value per axis", x)
+        self.plan = []  # (axis, input length, taps) for each axis that changes
+        y = x
+        for axis, n_in in enumerate(x.shape):
+            if self.scales is not None:
+                scale = self.scales[axis]
+                n_out = int(n_in * scale)  # ONNX: floor(in * scale)
+            else:
+                n_out = self.sizes[axis]  # type: ignore[index]
+                scale = n_out / n_in
+            if n_out < 1:
+                raise self.error(f"scale {scale} leaves axis {axis} empty", x)
+            if n_out == n_in and scale == 1:
+                continue  # untouched axes (N and C) stay as they are, as in onnxruntime
+            taps = self._taps(n_in, n_out, scale, x.dtype)
+            y = _gather(self.xp, y, axis, taps)
+            self.plan.append((axis, n_in, taps))
+        return y if y is not x else x.copy()
+
+    def backward(self, dy: Any) -> Any:
+        for axis, n_in, taps in reversed(self.plan):
+            dy = _scatter(self.xp, dy, axis, n_in, taps)
+        return dy
+
+    # -- one axis ---------------------------------------------------------------------------
+    def _source(self, n_in: int, n_out: int, scale: float) -> Any:
+        """Input coordinate of each output position (float64).
+
+        As in ONNX's reference implementation (which generates its conformance data), the
+        output length in these formulas is the unrounded ``scale * n_in`` when scales are given.
+        """
+        o = self.xp.arange(n_out, dtype=self.xp.float64)
+        length = n_out if self.sizes is not None else scale * n_in
+        mode = self.coord
+        if mode == "align_corners":
+            return o * 0 if length == 1 else o * ((n_in - 1) / (length - 1))
+        if mode == "asymmetric":
+            return o / scale
+        if mode == "tf_half_pixel_for_nn":
+            return (o + 0.5) / scale
+        if mode == "pytorch_half_pixel" and length == 1:
+            return o * 0 - 0.5
+        offset = 0.0
+        if mode == "half_pixel_symmetric":
+            offset = n_in / 2 * (1 - n_out / length)
+        return offset + (o + 0.5) / scale - 0.5
+
+    def _taps(self, n_in: int, n_out: int, scale: float, dtype: Any) -> list[tuple[Any, Any]]:
+        """``[(index, weight), ...]``: output ``o`` is ``sum(w[o] * x[index[o]])`` (w None = 1)."""
+        xp = self.xp
+        src = self._source(n_in, n_out, scale)
+        last = n_in - 1
+        if self.mode == "nearest":
+            idx = {
+                "round_prefer_floor": xp.ceil(src - 0.5),
+                "round_prefer_ceil": xp.floor(src + 0.5),
+                "floor": xp.floor(src),
+                "ceil": xp.ceil(src),
+            }[self.nearest_mode]
+            return [(xp.clip(idx, 0, last).astype(xp.int64), None)]
+        base = xp.floor(src)
+        r = src - base
+        offsets: tuple[int, ...]
+        if self.mode == "linear":
+            offsets, weights = (0, 1), [1 - r, r]
+        else:
+            offsets, weights = (-1, 0, 1, 2), _cubic_weights(r, self.cubic_a)
+        raw = [base + k for k in offsets]
+        if self.exclude_outside and self.mode == "cubic":
+            weights = [w * ((i >= 0) & (i <= last)) for w, i in zip(weights, raw)]
+            total = sum(weights)
+            weights = [w / total for w in weights]
+        return [(xp.clip(i, 0, last).astype(xp.int64), w.astype(dtype)) for i, w in zip(raw, weights)]
+
+
+def _cubic_weights(r: Any, a: float) -> list[Any]:
+    """Keys' cubic convolution weights of the 4 neighbours at offsets -1, 0, 1, 2 (ONNX)."""
+    s = 1 - r
+    return [
+        ((a * (r + 1) - 5 * a) * (r + 1) + 8 * a) * (r + 1) - 4 * a,
+        ((a + 2) * r - (a + 3)) * r * r + 1,
+        ((a + 2) * s - (a + 3)) * s * s + 1,
+        ((a * (s + 1) - 5 * a) * (s + 1) + 8 * a) * (s + 1) - 4 * a,
+    ]
+
+
+def _as_3d(a: Any, axis: int) -> tuple[Any, tuple]:
+    pre = 1
+    for s in a.shape[:axis]:
+        pre *= s
+    return a.reshape(pre, a.shape[axis], -1), a.shape
+
+
+def _gather(xp: Any, x: Any, axis: int, taps: list) -> Any:
+    """``y[.., o, ..] = sum_t w_t[o] * x[.., idx_t[o], ..]`` along ``axis``."""
+    x3, shape = _as_3d(x, axis)
+    y: Any = None
+    for idx, w in taps:
+        v = x3.take(idx, axis=1)
+        if w is not None:
+            v *= w[:, None]
+        y = v if y is None else y.__iadd__(v)
+    n_out = taps[0][0].shape[0]
+    return y.reshape(shape[:axis] + (n_out,) + shape[axis + 1 :])
+
+
+def _scatter(xp: Any, dy: Any, axis: int, n_in: int, taps: list) -> Any:
+    """The transpose of :func:`_gather`: ``dx[.., i, ..] = sum(w_t[o] dy[.., o, ..] for idx_t[o] == i)``."""
+    dy3, shape = _as_3d(dy, axis)
+    dx = xp.zeros((dy3.shape[0], n_in, dy3.shape[2]), dy.dtype)
+    n_out = dy3.shape[1]
+    for idx, w in taps:
+        v = dy3 if w is None else dy3 * w[:, None]
+        # idx never decreases, so the outputs of input i are the run starts[i] .. +counts[i].
+        counts = xp.bincount(idx, minlength=n_in)
+        starts = xp.cumsum(counts) - counts
+        for k in range(int(counts.max())):  # one pass per output sharing an input
+            live = (counts > k).astype(dy.dtype)
+            dx += v.take(xp.minimum(starts + k, n_out - 1), axis=1) * live[:, None]
+    return dx.reshape(shape[:axis] + (n_in,) + shape[axis + 1 :])
+
+
+def resize(
+    x: Tensor,
+    scales: Sequence[float] | None = None,
+    sizes: Sequence[int] | None = None,
+    mode: str = "nearest",
+    coordinate_transformation_mode: str = "half_pixel",
+    nearest_mode: str = "round_prefer_floor",
+    cubic_coeff_a: float = -0.75,
+    exclude_outside: int = 0,
+) -> Tensor:
+    """ONNX Resize of ``x`` to ``sizes`` or ``floor(x.shape * scales)`` (one value per axis).
+
+    ``mode`` is ``'nearest'``, ``'linear'`` (bilinear, trilinear... on the resized axes) or
+    ``'cubic'``; the gradient flows to ``x``. ``torch.nn.functional.interpolate`` equivalents:
+    bilinear ``align_corners=False`` is ``half_pixel``, ``align_corners=True`` is
+    ``align_corners``; torch's ``'nearest'`` is ``asymmetric`` with ``nearest_mode='floor'``.
+
+    >>> import numpy as np
+    >>> from singa_lite import tensor
+    >>> x = tensor.from_numpy(np.array([[[[1.0, 2.0]]]], dtype=np.float32))
+    >>> tensor.to_numpy(resize(x, scales=[1, 1, 1, 2])).tolist()
+    [[[[1.0, 1.0, 2.0, 2.0]]]]
+    """
+    op = Resize(
+        scales, sizes, mode, coordinate_transformation_mode, nearest_mode, cubic_coeff_a, exclude_outside
+    )
+    return op(x)[0]
+
+
+def upsample(x: Tensor, scales: Sequence[float], mode: str = "nearest") -> Tensor:
+    """ONNX Upsample: resize by ``scales`` with asymmetric coordinates (floor for nearest).
+
+    ``mode`` is ``'nearest'`` or ``'linear'`` (``'bilinear'`` is accepted as linear).
+    """
+    mode = "linear" if mode == "bilinear" else mode
+    if mode not in ("nearest", "linear"):
+        raise ShapeError(f"upsample: unsupported mode {mode!r}; use 'nearest' or 'linear'")
+    return resize(
+        x, scales=scales, mode=mode, coordinate_transformation_mode="asymmetric", nearest_mode="floor"
+    )
