@@ -126,15 +126,21 @@ def _common_device(op: Operator, xs: tuple) -> Any:
 
 def _topological(root: Operator) -> tuple[list[Operator], dict[int, int]]:
     """Ops reachable from ``root``, outputs before inputs; and how often each leaf is used."""
+    # Iterative depth-first post-order. An op is marked when it is expanded, not when it is
+    # pushed, so an op reachable by paths of different depths is still placed after every op
+    # that feeds gradient into it.
     order: list[Operator] = []
     leaf_uses: dict[int, int] = {}
-    seen = {id(root)}
+    seen: set[int] = set()
     stack: list[tuple[Operator, bool]] = [(root, False)]
     while stack:
         op, expanded = stack.pop()
         if expanded:
             order.append(op)
             continue
+        if id(op) in seen:
+            continue
+        seen.add(id(op))
         stack.append((op, True))
         for x in op.inputs:
             c = x.creator
@@ -142,7 +148,6 @@ def _topological(root: Operator) -> tuple[list[Operator], dict[int, int]]:
                 if x.requires_grad:
                     leaf_uses[id(x)] = leaf_uses.get(id(x), 0) + 1
             elif id(c) not in seen:
-                seen.add(id(c))
                 stack.append((c, False))
     order.reverse()
     return order, leaf_uses

@@ -38,6 +38,26 @@ def test_reused_tensor_gradients_are_summed():
     np.testing.assert_allclose(tensor.to_numpy(g[x]), 2 * np.array([1, 2, 3]) + 1)
 
 
+def test_paths_of_different_depth_are_ordered():
+    """y = a + 3a with a = 2x: the op feeding `a` must wait for both paths (dy/dx = 8)."""
+    autograd.training = True
+    x = param([1.0])
+    a = x * 2
+    b = a * 3
+    g = autograd.gradients(a + b)
+    np.testing.assert_array_equal(tensor.to_numpy(g[x]), [8.0])
+
+
+def test_deep_residual_chain_matches_closed_form():
+    autograd.training = True
+    x = param([0.5])
+    h = x
+    for _ in range(10):
+        h = h + h * 0.5  # each block multiplies by 1.5
+    g = autograd.gradients(h)
+    np.testing.assert_allclose(tensor.to_numpy(g[x]), [1.5**10])
+
+
 def test_each_param_yielded_once_with_its_total():
     autograd.training = True
     w = param([2.0], "w")

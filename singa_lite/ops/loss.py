@@ -21,16 +21,16 @@ from singa_lite.errors import DTypeError
 from singa_lite.tensor import Tensor
 
 __all__ = [
-    "SoftMaxCrossEntropy",
-    "CrossEntropy",
     "BinaryCrossEntropy",
+    "CrossEntropy",
     "MeanSquareError",
     "NLLLoss",
-    "softmax_cross_entropy",
-    "cross_entropy",
+    "SoftMaxCrossEntropy",
     "binary_cross_entropy",
+    "cross_entropy",
     "mse_loss",
     "nll_loss",
+    "softmax_cross_entropy",
 ]
 
 EPS = 1e-7
@@ -44,7 +44,9 @@ class _Loss(Operator):
     def compute(self, x: Any) -> Any:
         """``x`` in the dtype the loss is computed in: float16 is widened to float32."""
         if x.dtype.kind != "f":
-            raise DTypeError(f"{self.name}: expects floating-point inputs, got {x.dtype} (input shape {x.shape})")
+            raise DTypeError(
+                f"{self.name}: expects floating-point inputs, got {x.dtype} (input shape {x.shape})"
+            )
         return x.astype(np.float32) if x.dtype == np.float16 else x
 
     def result(self, total: Any, n: int, dtype: Any) -> Any:
