@@ -86,14 +86,15 @@ def train(epochs: int = 20, batch_size: int = 64, lr: float = 0.05, seed: int = 
     x_train, y_train = data.load_digits("train")
     x_test, y_test = data.load_digits("test")
 
+    steps = len(x_train) // batch_size
     m = DigitsCNN()
-    m.set_optimizer(opt.SGD(lr=lr, momentum=0.9, weight_decay=1e-4))
+    # Cosine decay to zero over the run: the last epochs settle instead of bouncing.
+    m.set_optimizer(opt.SGD(lr=opt.CosineDecay(lr, epochs * steps), momentum=0.9, weight_decay=1e-4))
     tx = tensor.Tensor((batch_size, *x_train.shape[1:]), dev)
     ty = tensor.Tensor((batch_size,), dev, tensor.int32)
     m.compile([tx], is_train=True, use_graph=True)
 
     history: dict[str, list[float]] = {"loss": [], "train_acc": [], "test_acc": []}
-    steps = len(x_train) // batch_size
     bar = _progress(total=epochs * steps, enabled=progress)
     for epoch in range(epochs):
         losses, correct = [], 0
