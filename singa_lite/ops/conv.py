@@ -16,6 +16,9 @@ convention; ONNX's ``pads`` are ``(top, left, bottom, right)``).
 
 from __future__ import annotations
 
+import os
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from singa_lite.autograd import Operator
@@ -23,13 +26,13 @@ from singa_lite.errors import DTypeError
 from singa_lite.tensor import Tensor
 
 __all__ = [
+    "Conv1d",
     "Conv2d",
     "ConvTranspose2d",
-    "Conv1d",
-    "conv2d",
-    "conv_transpose2d",
     "conv1d",
+    "conv2d",
     "conv_output_size",
+    "conv_transpose2d",
     "same_padding",
 ]
 
@@ -46,6 +49,7 @@ def _pair(v: Any, what: str, least: int = 1) -> tuple[int, int]:
 
 def _pads(padding: Any) -> Pads:
     """``int``, ``(ph, pw)`` or ``(top, bottom, left, right)`` as a 4-tuple."""
+    p: tuple[int, ...]
     if isinstance(padding, int):
         p = (padding,) * 4
     else:
@@ -100,11 +104,37 @@ def same_padding(
     if upper not in ("SAME_UPPER", "SAME_LOWER"):
         raise ValueError(f"same_padding: mode must be SAME_UPPER or SAME_LOWER, got {mode!r}")
     pads = []
-    for n, k, s, d in zip(in_hw, _pair(kernel, "kernel"), _pair(stride, "stride"), _pair(dilation, "dilation")):
+    for n, k, s, d in zip(
+        in_hw, _pair(kernel, "kernel"), _pair(stride, "stride"), _pair(dilation, "dilation")
+    ):
         total = max((-(-n // s) - 1) * s + d * (k - 1) + 1 - n, 0)
         small, big = total // 2, total - total // 2
         pads += [small, big] if upper == "SAME_UPPER" else [big, small]
     return tuple(pads)  # type: ignore[return-value]
+
+
+# -- batch parallelism -------------------------------------------------------------------------
+_pool: ThreadPoolExecutor | None = None
+_PARALLEL_MIN = 1 << 18  # elements; below this the thread hand-off costs more than it saves
+
+
+def _over_batch(xp: Any, n: int, work: int, fn: Callable[[int, int], Any]) -> list:
+    """``fn(lo, hi)`` over slices of a batch of ``n``, one slice per core for big host arrays.
+
+    Depthwise convs are all elementwise work, which NumPy runs on one core but with the GIL
+    released, so slicing the batch over a thread pool uses every core (measured 2x on 2 cores).
+    im2col/col2im do not use it: next to BLAS's own threads it measured no faster. On other
+    backends (the GPU queues work asynchronously) it is one call over the whole batch.
+    """
+    global _pool
+    cores = os.cpu_count() or 1
+    if xp.__name__ != "numpy" or cores == 1 or n < 2 or work < _PARALLEL_MIN:
+        return [fn(0, n)]
+    k = min(cores, n)
+    bounds = [n * i // k for i in range(k + 1)]
+    if _pool is None:
+        _pool = ThreadPoolExecutor(cores, thread_name_prefix="singa_lite-conv")
+    return list(_pool.map(fn, bounds[:-1], bounds[1:]))
 
 
 # -- im2col / col2im ---------------------------------------------------------------------------
@@ -114,7 +144,7 @@ def pad_nhwc(xp: Any, x: Any, pads: Pads) -> Any:
     t, b, l, r = pads
     nhwc = x.transpose(0, 2, 3, 1)
     if not (t or b or l or r):
-        return nhwc  # a view; im2col's reshape makes the one copy
+        return nhwc  # a view; im2col makes the one copy
     out = xp.zeros((N, H + t + b, W + l + r, C), dtype=x.dtype)
     out[:, t : t + H, l : l + W] = nhwc
     return out
@@ -123,8 +153,8 @@ def pad_nhwc(xp: Any, x: Any, pads: Pads) -> Any:
 def im2col(xp: Any, x: Any, kernel: tuple, stride: tuple, dilation: tuple, out_hw: tuple, group: int) -> Any:
     """Receptive fields of padded NHWC ``x`` as a ``(group, N*Ho*Wo, kh*kw*C/group)`` matrix.
 
-    Each row is one output pixel's window, ordered (kh, kw, channel) so that it is made of
-    ``kh`` contiguous runs of the input when there is one group and no dilation.
+    Each row is one output pixel's window, ordered (kh, kw, channel), so that with one group
+    and no dilation it is ``kh`` contiguous runs of the input: the copy streams.
     """
     N, _, _, C = x.shape
     (kh, kw), (sh, sw), (dh, dw), (Ho, Wo) = kernel, stride, dilation, out_hw
@@ -135,24 +165,29 @@ def im2col(xp: Any, x: Any, kernel: tuple, stride: tuple, dilation: tuple, out_h
         shape=(group, N, Ho, Wo, kh, kw, cg),
         strides=(bC * cg, bN, bH * sh, bW * sw, bH * dh, bW * dw, bC),
     )
-    return win.reshape(group, N * Ho * Wo, kh * kw * cg)
+    return win.reshape(group, N * Ho * Wo, kh * kw * cg)  # the one copy
 
 
 def col2im(
     xp: Any, col: Any, padded_shape: tuple, kernel: tuple, stride: tuple, dilation: tuple, out_hw: tuple
 ) -> Any:
-    """Adjoint of ``im2col``: sum each window row of ``col`` back into a padded NHWC array."""
-    group = col.shape[0]
-    N, Hp, Wp, C = padded_shape
+    """Adjoint of ``im2col``: add each window row of ``col (g, N*Ho*Wo, kh*kw*C/g)`` back into
+    a zero ``padded_shape = (N, C, Hp, Wp)`` image, returned as an NCHW view.
+
+    Fastest when ``col`` is the transpose of a contiguous ``(g, K, N*Ho*Wo)`` array (what
+    ``W @ dy`` gives): every kernel tap then reads one contiguous block.
+    """
+    g = col.shape[0]
+    N, C, Hp, Wp = padded_shape
     (kh, kw), (sh, sw), (dh, dw), (Ho, Wo) = kernel, stride, dilation, out_hw
-    taps = col.reshape(group, N, Ho, Wo, kh, kw, C // group).transpose(4, 5, 1, 2, 3, 0, 6)
-    out = xp.zeros((N, Hp, Wp, group, C // group), dtype=col.dtype)
+    taps = col.transpose(0, 2, 1).reshape(g, kh, kw, C // g, N, Ho, Wo)
+    out = xp.zeros((g, C // g, N, Hp, Wp), dtype=col.dtype)
     for i in range(kh):  # a loop over kernel taps, each one vectorised over every pixel
         rows = slice(i * dh, i * dh + sh * (Ho - 1) + 1, sh)
         for j in range(kw):
-            view = out[:, rows, j * dw : j * dw + sw * (Wo - 1) + 1 : sw]
-            view += taps[i, j]  # through a view: `out[...] += v` would copy the slice back
-    return out.reshape(padded_shape)
+            view = out[:, :, :, rows, j * dw : j * dw + sw * (Wo - 1) + 1 : sw]
+            view += taps[:, i, j]  # through a view: `out[...] += v` would copy the slice back
+    return out.reshape(C, N, Hp, Wp).transpose(1, 0, 2, 3)
 
 
 def _weight_matrix(W: Any, group: int) -> Any:
@@ -167,16 +202,19 @@ def _weight_from_matrix(m: Any, shape: tuple) -> Any:
     return m.reshape(g, kh, kw, cg, O // g).transpose(0, 4, 3, 1, 2).reshape(shape)
 
 
-def _to_rows(y: Any, group: int) -> Any:
-    """NCHW ``(N, O, H, W)`` as ``(g, N*H*W, O/g)``: one row per pixel."""
+def _pixel_rows(y: Any, group: int) -> Any:
+    """NCHW ``(N, O, H, W)`` as ``(g, N*H*W, O/g)`` pixel rows, stored channel-major so that
+    ``W @ rows.T`` (col2im's input) and ``col.T @ rows`` stream through it."""
     N, O, H, W = y.shape
-    return y.reshape(N, group, O // group, H, W).transpose(1, 0, 3, 4, 2).reshape(group, -1, O // group)
+    cm = y.transpose(1, 0, 2, 3).reshape(group, O // group, N * H * W)  # one copy
+    return cm.transpose(0, 2, 1)
 
 
 def _from_rows(m: Any, N: int, H: int, W: int) -> Any:
-    """Inverse of ``_to_rows``. With one group this is a view: the NHWC data seen as NCHW."""
+    """``(g, N*H*W, O/g)`` pixel rows as a contiguous NCHW array."""
     g, _, og = m.shape
-    return m.reshape(g, N, H, W, og).transpose(1, 0, 4, 2, 3).reshape(N, g * og, H, W)
+    y = m.reshape(g, N, H, W, og).transpose(1, 0, 4, 2, 3).reshape(N, g * og, H, W)
+    return y if y.flags.c_contiguous else y.copy()
 
 
 def _gemm(xp: Any, a: Any, b: Any) -> Any:
@@ -239,7 +277,7 @@ class Conv2d(_ConvBase):
 
     def forward(self, x: Any, W: Any, b: Any = None) -> Any:
         self._check(x, W, b, W.shape[1] * self.group)
-        N, C, H, Wd = x.shape
+        _, _, H, Wd = x.shape
         O, cg, kh, kw = W.shape
         t, bo, l, r = self.pads
         self.kernel = (kh, kw)
@@ -273,26 +311,24 @@ class Conv2d(_ConvBase):
     def _gemm_forward(self, x: Any, W: Any) -> Any:
         xp = self.xp
         xpad = pad_nhwc(xp, x, self.pads)
-        self.padded_shape = xpad.shape
+        self.padded_shape = (xpad.shape[0], xpad.shape[3], xpad.shape[1], xpad.shape[2])
         self.col = im2col(xp, xpad, self.kernel, self.stride, self.dilation, self.out_hw, self.group)
         self.Wm = _weight_matrix(W, self.group)
-        y = _from_rows(_gemm(xp, self.col, self.Wm), x.shape[0], *self.out_hw)
-        # Contiguous NCHW out: the next layers (and a GPU kernel) expect it; it costs one copy
-        # of the output, small next to the column matrix.
-        return xp.ascontiguousarray(y)
+        return _from_rows(_gemm(xp, self.col, self.Wm), x.shape[0], *self.out_hw)
 
     def _gemm_backward(self, dy: Any, need_x: bool, need_W: bool) -> tuple:
         xp = self.xp
-        dym = _to_rows(dy, self.group)
+        dym = _pixel_rows(dy, self.group)
         dW = dx = None
         if need_W:
             dW = _weight_from_matrix(_gemm(xp, self.col.transpose(0, 2, 1), dym), self.W.shape)
         if need_x:
-            dcol = _gemm(xp, dym, self.Wm.transpose(0, 2, 1))
+            # W @ dy.T, so that col2im reads each kernel tap as one contiguous block.
+            dcol = _gemm(xp, self.Wm, dym.transpose(0, 2, 1)).transpose(0, 2, 1)
             dpad = col2im(xp, dcol, self.padded_shape, self.kernel, self.stride, self.dilation, self.out_hw)
             t, _, l, _ = self.pads
             _, _, H, Wd = self.x_shape
-            dx = xp.ascontiguousarray(dpad[:, t : t + H, l : l + Wd].transpose(0, 3, 1, 2))
+            dx = xp.ascontiguousarray(dpad[:, :, t : t + H, l : l + Wd])
         return dx, dW
 
     # depthwise: one input channel per group, so a sum over taps of per-channel scaled views
@@ -301,29 +337,39 @@ class Conv2d(_ConvBase):
         mult = W.shape[0] // x.shape[1]
         xpad = _pad_nchw(xp, x, self.pads)
         self.xpad = xp.repeat(xpad, mult, axis=1) if mult > 1 else xpad
-        kh, kw = self.kernel
         y = xp.zeros((x.shape[0], W.shape[0], *self.out_hw), dtype=x.dtype)
-        tmp = xp.empty_like(y)
-        for i in range(kh):
-            for j in range(kw):
-                tap = _tap(self.xpad, i, j, (self.stride, self.dilation), self.out_hw)
-                y += xp.multiply(tap, W[:, 0, i, j, None, None], out=tmp)
+        geo = (self.stride, self.dilation)
+
+        def taps(lo: int, hi: int) -> None:
+            out, tmp = y[lo:hi], xp.empty_like(y[lo:hi])
+            for i, j in self._taps():
+                out += xp.multiply(
+                    _tap(self.xpad[lo:hi], i, j, geo, self.out_hw), W[:, 0, i, j, None, None], out=tmp
+                )
+
+        _over_batch(xp, x.shape[0], y.size * W[0].size, taps)
         return y
 
     def _depthwise_backward(self, dy: Any, need_x: bool, need_W: bool) -> tuple:
         xp, W = self.xp, self.W
-        kh, kw = self.kernel
         geo = (self.stride, self.dilation)
-        dW = xp.zeros_like(W) if need_W else None
-        dpad = xp.zeros_like(self.xpad) if need_x else None
-        for i in range(kh):
-            for j in range(kw):
+        dpad: Any = xp.zeros_like(self.xpad) if need_x else None
+
+        def taps(lo: int, hi: int) -> Any:
+            dW: Any = xp.zeros_like(W) if need_W else None
+            g = dy[lo:hi]
+            for i, j in self._taps():
                 if need_W:
-                    tap = _tap(self.xpad, i, j, geo, self.out_hw)
-                    dW[:, 0, i, j] = xp.einsum("nchw,nchw->c", dy, tap)
+                    dW[:, 0, i, j] = xp.einsum(
+                        "nchw,nchw->c", g, _tap(self.xpad[lo:hi], i, j, geo, self.out_hw)
+                    )
                 if need_x:
-                    view = _tap(dpad, i, j, geo, self.out_hw)
-                    view += dy * W[:, 0, i, j, None, None]
+                    view = _tap(dpad[lo:hi], i, j, geo, self.out_hw)
+                    view += g * W[:, 0, i, j, None, None]
+            return dW
+
+        parts = _over_batch(xp, dy.shape[0], dy.size * W[0].size, taps)
+        dW = sum(parts[1:], parts[0]) if need_W else None
         dx = None
         if need_x:
             N, C, H, Wd = self.x_shape
@@ -333,6 +379,10 @@ class Conv2d(_ConvBase):
                 dx = dx.reshape(N, C, -1, H, Wd).sum(axis=2)
             dx = xp.ascontiguousarray(dx)
         return dx, dW
+
+    def _taps(self) -> list[tuple[int, int]]:
+        kh, kw = self.kernel
+        return [(i, j) for i in range(kh) for j in range(kw)]
 
 
 class ConvTranspose2d(_ConvBase):
@@ -362,12 +412,13 @@ class ConvTranspose2d(_ConvBase):
         hp, wp = (H - 1) * sh + dh * (kh - 1) + 1 + oph, (Wd - 1) * sw + dw * (kw - 1) + 1 + opw
         if hp - t - bo < 1 or wp - l - r < 1:
             raise self.error(f"padding {self.pads} leaves an empty output", x, W)
-        self.kernel, self.in_hw, self.x = (kh, kw), (H, Wd), x
+        self.kernel, self.in_hw, self.x_shape = (kh, kw), (H, Wd), x.shape
         self.Wm = _weight_matrix(W, g)
         self.W_shape, self.has_bias = W.shape, b is not None
-        dcol = _gemm(xp, _to_rows(x, g), self.Wm.transpose(0, 2, 1))
-        out = col2im(xp, dcol, (N, hp, wp, og * g), self.kernel, self.stride, self.dilation, self.in_hw)
-        y = xp.ascontiguousarray(out[:, t : hp - bo, l : wp - r].transpose(0, 3, 1, 2))
+        self.xm = _pixel_rows(x, g)
+        dcol = _gemm(xp, self.Wm, self.xm.transpose(0, 2, 1)).transpose(0, 2, 1)
+        out = col2im(xp, dcol, (N, og * g, hp, wp), self.kernel, self.stride, self.dilation, self.in_hw)
+        y = xp.ascontiguousarray(out[:, :, t : hp - bo, l : wp - r])
         if b is not None:
             y += b.reshape(1, -1, 1, 1)
         return y
@@ -377,11 +428,10 @@ class ConvTranspose2d(_ConvBase):
         col = im2col(xp, pad_nhwc(xp, dy, self.pads), self.kernel, self.stride, self.dilation, self.in_hw, g)
         dx = dW = None
         if self.needs_grad[0]:
-            N, _, H, Wd = self.x.shape
-            dx = xp.ascontiguousarray(_from_rows(_gemm(xp, col, self.Wm), N, H, Wd))
+            N, _, H, Wd = self.x_shape
+            dx = _from_rows(_gemm(xp, col, self.Wm), N, H, Wd)
         if self.needs_grad[1]:
-            xm = _to_rows(self.x, g)
-            dW = _weight_from_matrix(_gemm(xp, col.transpose(0, 2, 1), xm), self.W_shape)
+            dW = _weight_from_matrix(_gemm(xp, col.transpose(0, 2, 1), self.xm), self.W_shape)
         if not self.has_bias:
             return dx, dW
         return dx, dW, dy.sum(axis=(0, 2, 3)) if self.needs_grad[2] else None

@@ -16,13 +16,13 @@ from singa_lite.ops._util import unbroadcast
 from singa_lite.tensor import Tensor
 
 __all__ = [
-    "MatMul",
-    "Gemm",
     "Einsum",
+    "Gemm",
+    "MatMul",
     "Tensordot",
-    "matmul",
-    "gemm",
     "einsum",
+    "gemm",
+    "matmul",
     "tensordot",
 ]
 

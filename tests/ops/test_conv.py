@@ -1,0 +1,328 @@
+"""conv2d, conv_transpose2d, conv1d: a NumPy reference over kernel taps, float64 gradient
+checks, empty batches, bad input, and the geometry helpers."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from opcheck import check_forward, check_grad
+
+from singa_lite import autograd, tensor
+from singa_lite.errors import DTypeError, ShapeError
+from singa_lite.ops.conv import conv_output_size, same_padding
+
+
+def _rand(shape: tuple, dtype: type = np.float64, seed: int = 0) -> np.ndarray:
+    return np.random.default_rng(seed).uniform(-1, 1, shape).astype(dtype)
+
+
+def _pads4(padding) -> tuple:
+    if isinstance(padding, int):
+        return (padding,) * 4
+    return (padding[0], padding[0], padding[1], padding[1]) if len(padding) == 2 else tuple(padding)
+
+
+def _pair(v) -> tuple:
+    return (v, v) if isinstance(v, int) else tuple(v)
+
+
+def conv2d_ref(x, w, b=None, stride=(1, 1), padding=0, dilation=(1, 1), group=1):
+    """Direct convolution: a loop over kernel taps, in float64."""
+    stride, dilation = _pair(stride), _pair(dilation)
+    t, bo, l, r = _pads4(padding)
+    xp = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (t, bo), (l, r)))
+    N, _, Hp, Wp = xp.shape
+    O, cg, kh, kw = w.shape
+    (sh, sw), (dh, dw) = stride, dilation
+    Ho, Wo = (Hp - dh * (kh - 1) - 1) // sh + 1, (Wp - dw * (kw - 1) - 1) // sw + 1
+    og = O // group
+    y = np.zeros((N, O, Ho, Wo))
+    for g in range(group):
+        xg, wg = xp[:, g * cg : (g + 1) * cg], w[g * og : (g + 1) * og].astype(np.float64)
+        for i in range(kh):
+            for j in range(kw):
+                tap = xg[
+                    :, :, i * dh : i * dh + sh * (Ho - 1) + 1 : sh, j * dw : j * dw + sw * (Wo - 1) + 1 : sw
+                ]
+                y[:, g * og : (g + 1) * og] += np.einsum("nchw,oc->nohw", tap, wg[:, :, i, j])
+    if b is not None:
+        y += b.reshape(1, -1, 1, 1)
+    return y.astype(x.dtype)
+
+
+def conv_transpose2d_ref(
+    x, w, b=None, stride=(1, 1), padding=0, output_padding=(0, 0), dilation=(1, 1), group=1
+):
+    """Scatter each input pixel times the kernel into the output: a loop over kernel taps."""
+    stride, dilation, output_padding = _pair(stride), _pair(dilation), _pair(output_padding)
+    t, bo, l, r = _pads4(padding)
+    N, C, H, W = x.shape
+    _, og, kh, kw = w.shape
+    (sh, sw), (dh, dw) = stride, dilation
+    hf, wf = (
+        (H - 1) * sh + dh * (kh - 1) + 1 + output_padding[0],
+        (W - 1) * sw + dw * (kw - 1) + 1 + output_padding[1],
+    )
+    out = np.zeros((N, og * group, hf, wf))
+    cg = C // group
+    for g in range(group):
+        xg, wg = x[:, g * cg : (g + 1) * cg].astype(np.float64), w[g * cg : (g + 1) * cg].astype(np.float64)
+        for i in range(kh):
+            for j in range(kw):
+                contrib = np.einsum("nchw,co->nohw", xg, wg[:, :, i, j])
+                out[
+                    :,
+                    g * og : (g + 1) * og,
+                    i * dh : i * dh + sh * (H - 1) + 1 : sh,
+                    j * dw : j * dw + sw * (W - 1) + 1 : sw,
+                ] += contrib
+    y = out[:, :, t : hf - bo, l : wf - r]
+    if b is not None:
+        y = y + b.reshape(1, -1, 1, 1)
+    return y.astype(x.dtype)
+
+
+TOL = {np.float16: 3e-2, np.float32: 1e-4, np.float64: 1e-10}
+
+
+@st.composite
+def conv_cases(draw):
+    group = draw(st.sampled_from([1, 1, 2, 3]))
+    cg, og = draw(st.integers(1, 3)), draw(st.integers(1, 3))
+    kh, kw = draw(st.integers(1, 3)), draw(st.integers(1, 3))
+    stride = (draw(st.integers(1, 3)), draw(st.integers(1, 3)))
+    dilation = (draw(st.integers(1, 2)), draw(st.integers(1, 2)))
+    padding = draw(
+        st.one_of(
+            st.integers(0, 2),
+            st.tuples(st.integers(0, 2), st.integers(0, 2)),
+            st.tuples(*[st.integers(0, 2)] * 4),
+        )
+    )
+    t, bo, l, r = _pads4(padding)
+    H = draw(st.integers(max(1, dilation[0] * (kh - 1) + 1 - t - bo), 7))
+    W = draw(st.integers(max(1, dilation[1] * (kw - 1) + 1 - l - r), 7))
+    N = draw(st.integers(0, 3))
+    return dict(
+        x=(N, cg * group, H, W),
+        w=(og * group, cg, kh, kw),
+        stride=stride,
+        padding=padding,
+        dilation=dilation,
+        group=group,
+    )
+
+
+@given(case=conv_cases(), dtype=st.sampled_from([np.float16, np.float32, np.float64]), bias=st.booleans())
+def test_conv2d_forward(dev, case, dtype, bias):
+    geo = {k: case[k] for k in ("stride", "padding", "dilation", "group")}
+    arrays = [_rand(case["x"], dtype), _rand(case["w"], dtype, seed=1)]
+    if bias:
+        arrays.append(_rand((case["w"][0],), dtype, seed=2))
+    tol = TOL[dtype]
+    check_forward(
+        lambda *ts: autograd.conv2d(*ts, **geo), lambda *a: conv2d_ref(*a, **geo), arrays, dev, tol, tol
+    )
+
+
+@pytest.mark.parametrize(
+    "geo",
+    [
+        dict(stride=1, padding=1, dilation=1, group=1),
+        dict(stride=(2, 1), padding=(1, 0, 2, 1), dilation=1, group=1),
+        dict(stride=1, padding=(1, 2), dilation=2, group=2),
+        dict(stride=2, padding=1, dilation=1, group=4),  # depthwise
+    ],
+)
+def test_conv2d_grad(dev, geo):
+    x, w, b = _rand((2, 4, 5, 4)), _rand((4, 4 // geo["group"], 3, 2), seed=1), _rand((4,), seed=2)
+    check_grad(lambda *ts: autograd.conv2d(*ts, **geo), [x, w, b], dev)
+
+
+def test_depthwise_multiplier_grad(dev):
+    # group == C with 2 output channels per input channel
+    x, w = _rand((2, 2, 4, 4)), _rand((4, 1, 3, 3), seed=1)
+    geo = dict(stride=1, padding=1, group=2)
+    check_forward(lambda *ts: autograd.conv2d(*ts, **geo), lambda *a: conv2d_ref(*a, **geo), [x, w], dev)
+    check_grad(lambda *ts: autograd.conv2d(*ts, **geo), [x, w], dev)
+
+
+def test_conv2d_weight_grad_only(dev):
+    # x without requires_grad: backward must skip dx and still give dW and db
+    x, w, b = _rand((2, 3, 5, 5)), _rand((2, 3, 3, 3), seed=1), _rand((2,), seed=2)
+    check_grad(lambda *ts: autograd.conv2d(*ts, padding=1), [x, w, b], dev, wrt=[1, 2])
+
+
+def test_conv2d_empty_batch(dev):
+    x, w, b = (
+        tensor.from_numpy(a, dev)
+        for a in (_rand((0, 3, 5, 5), np.float32), _rand((4, 3, 3, 3), np.float32), _rand((4,), np.float32))
+    )
+    autograd.training = True
+    for t in (x, w, b):
+        t.requires_grad = t.stores_grad = True
+    y = autograd.conv2d(x, w, b, padding=1)
+    assert y.shape == (0, 4, 5, 5)
+    grads = autograd.gradients(y)
+    assert grads[w].shape == (4, 3, 3, 3) and not np.any(tensor.to_numpy(grads[w]))
+
+
+@pytest.mark.parametrize(
+    ("xs", "ws", "kw", "msg"),
+    [
+        ((2, 3, 5, 5), (4, 2, 3, 3), {}, "channels"),  # channel mismatch
+        ((2, 3, 5, 5), (4, 1, 3, 3), {"group": 2}, "group"),  # group does not divide C
+        ((2, 4, 5, 5), (3, 2, 3, 3), {"group": 2}, "group"),  # group does not divide O
+        ((2, 3, 2, 2), (4, 3, 3, 3), {}, "kernel"),  # kernel larger than the input
+        ((2, 3, 2, 2), (4, 3, 3, 3), {"dilation": 2, "padding": 1}, "kernel"),
+        ((3, 5, 5), (4, 3, 3, 3), {}, "4-D|\\(N, C, H, W\\)"),
+    ],
+)
+def test_conv2d_bad_input(dev, xs, ws, kw, msg):
+    x, w = tensor.from_numpy(_rand(xs), dev), tensor.from_numpy(_rand(ws), dev)
+    with pytest.raises(ShapeError, match=f"Conv2d.*({msg})"):
+        autograd.conv2d(x, w, **kw)
+
+
+def test_conv2d_bad_bias_and_dtype(dev):
+    x, w = tensor.from_numpy(_rand((1, 2, 4, 4)), dev), tensor.from_numpy(_rand((3, 2, 3, 3)), dev)
+    with pytest.raises(ShapeError, match="bias"):
+        autograd.conv2d(x, w, tensor.from_numpy(_rand((2,)), dev))
+    with pytest.raises(DTypeError, match="Conv2d"):
+        autograd.conv2d(x, tensor.from_numpy(_rand((3, 2, 3, 3), np.float32), dev))
+    with pytest.raises(ValueError, match="stride"):
+        autograd.conv2d(x, w, stride=0)
+    with pytest.raises(ValueError, match="padding"):
+        autograd.conv2d(x, w, padding=(1, 2, 3))
+
+
+@st.composite
+def transpose_cases(draw):
+    group = draw(st.sampled_from([1, 1, 2]))
+    cg, og = draw(st.integers(1, 3)), draw(st.integers(1, 3))
+    k = (draw(st.integers(1, 3)), draw(st.integers(1, 3)))
+    stride = (draw(st.integers(1, 3)), draw(st.integers(1, 3)))
+    dilation = (draw(st.integers(1, 2)), draw(st.integers(1, 2)))
+    out_pad = tuple(draw(st.integers(0, max(s, d) - 1)) for s, d in zip(stride, dilation))
+    H, W = draw(st.integers(1, 4)), draw(st.integers(1, 4))
+    full = [
+        (n - 1) * s + d * (kk - 1) + 1 + op for n, s, d, kk, op in zip((H, W), stride, dilation, k, out_pad)
+    ]
+    t, bo = draw(st.integers(0, 2)), draw(st.integers(0, 2))
+    l, r = draw(st.integers(0, 2)), draw(st.integers(0, 2))
+    if full[0] - t - bo < 1 or full[1] - l - r < 1:
+        t = bo = l = r = 0
+    return dict(
+        x=(draw(st.integers(0, 2)), cg * group, H, W),
+        w=(cg * group, og, *k),
+        stride=stride,
+        padding=(t, bo, l, r),
+        output_padding=out_pad,
+        dilation=dilation,
+        group=group,
+    )
+
+
+@given(
+    case=transpose_cases(), dtype=st.sampled_from([np.float16, np.float32, np.float64]), bias=st.booleans()
+)
+def test_conv_transpose2d_forward(dev, case, dtype, bias):
+    geo = {k: case[k] for k in ("stride", "padding", "output_padding", "dilation", "group")}
+    arrays = [_rand(case["x"], dtype), _rand(case["w"], dtype, seed=1)]
+    if bias:
+        arrays.append(_rand((case["w"][1] * case["group"],), dtype, seed=2))
+    tol = TOL[dtype]
+    fn = lambda *ts: autograd.conv_transpose2d(*ts, **geo)  # noqa: E731
+    check_forward(fn, lambda *a: conv_transpose2d_ref(*a, **geo), arrays, dev, tol, tol)
+
+
+@pytest.mark.parametrize(
+    "geo",
+    [
+        dict(stride=2, padding=1, output_padding=1, dilation=1, group=1),
+        dict(stride=(1, 2), padding=(0, 1, 1, 0), output_padding=0, dilation=2, group=2),
+    ],
+)
+def test_conv_transpose2d_grad(dev, geo):
+    # W (C_in, C_out/group, kh, kw): 3 output channels per group
+    x, w, b = _rand((2, 2, 3, 3)), _rand((2, 3, 2, 3), seed=1), _rand((3 * geo["group"],), seed=2)
+    check_grad(lambda *ts: autograd.conv_transpose2d(*ts, **geo), [x, w, b], dev)
+
+
+def test_conv_transpose2d_bad_input(dev):
+    x = tensor.from_numpy(_rand((1, 3, 4, 4)), dev)
+    with pytest.raises(ShapeError, match="ConvTranspose2d"):
+        autograd.conv_transpose2d(x, tensor.from_numpy(_rand((2, 2, 3, 3)), dev))
+    with pytest.raises(ShapeError, match="ConvTranspose2d"):
+        autograd.conv_transpose2d(x, tensor.from_numpy(_rand((3, 2, 1, 1)), dev), padding=3)
+    with pytest.raises(ValueError, match="output_padding"):
+        autograd.conv_transpose2d(x, tensor.from_numpy(_rand((3, 2, 3, 3)), dev), stride=2, output_padding=2)
+
+
+@given(
+    n=st.integers(0, 2),
+    length=st.integers(3, 8),
+    k=st.integers(1, 3),
+    stride=st.integers(1, 2),
+    padding=st.one_of(st.integers(0, 2), st.tuples(st.integers(0, 2), st.integers(0, 2))),
+    group=st.sampled_from([1, 2]),
+    dtype=st.sampled_from([np.float32, np.float64]),
+)
+def test_conv1d_forward(dev, n, length, k, stride, padding, group, dtype):
+    x, w, b = (
+        _rand((n, 2, length), dtype),
+        _rand((4, 2 // group, k), dtype, seed=1),
+        _rand((4,), dtype, seed=2),
+    )
+    pl, pr = (padding, padding) if isinstance(padding, int) else padding
+
+    def ref(x, w, b):
+        return conv2d_ref(x[:, :, None], w[:, :, None], b, (1, stride), (0, 0, pl, pr), group=group)[:, :, 0]
+
+    tol = TOL[dtype]
+    check_forward(
+        lambda *ts: autograd.conv1d(*ts, stride=stride, padding=padding, group=group),
+        ref,
+        [x, w, b],
+        dev,
+        tol,
+        tol,
+    )
+
+
+def test_conv1d_grad(dev):
+    x, w, b = _rand((2, 2, 6)), _rand((3, 2, 3), seed=1), _rand((3,), seed=2)
+    check_grad(lambda *ts: autograd.conv1d(*ts, stride=2, padding=(1, 2), dilation=1), [x, w, b], dev)
+
+
+def test_conv_output_size():
+    assert conv_output_size(28, 5, padding=2) == 28
+    assert conv_output_size(32, 3, stride=2, padding=1) == 16
+    assert conv_output_size(7, 3, dilation=2) == 3
+    assert conv_output_size(5, 2, stride=2, padding=(0, 1)) == 3
+    assert conv_output_size(5, 2, stride=2) == 2
+    assert conv_output_size(5, 2, stride=2, ceil_mode=True) == 3
+    # ceil mode never starts a window inside the end padding
+    assert conv_output_size(4, 2, stride=2, padding=1, ceil_mode=True) == 3
+
+
+@pytest.mark.parametrize(
+    ("in_hw", "k", "s", "d", "mode", "want"),
+    [
+        ((28, 28), 5, 1, 1, "SAME_UPPER", (2, 2, 2, 2)),
+        ((5, 5), 2, 1, 1, "SAME_UPPER", (0, 1, 0, 1)),
+        ((5, 5), 2, 1, 1, "SAME_LOWER", (1, 0, 1, 0)),
+        ((7, 8), 3, 2, 1, "same_upper", (1, 1, 0, 1)),
+        ((6, 6), (3, 1), 1, (2, 1), "SAME_LOWER", (2, 2, 0, 0)),
+    ],
+)
+def test_same_padding(in_hw, k, s, d, mode, want):
+    pads = same_padding(in_hw, k, s, d, mode)
+    assert pads == want
+    kk, ss, dd = (x if isinstance(x, tuple) else (x, x) for x in (k, s, d))
+    for n, kn, sn, dn, pb, pe in zip(in_hw, kk, ss, dd, pads[::2], pads[1::2]):
+        assert conv_output_size(n, kn, sn, (pb, pe), dn) == -(-n // sn)
+    with pytest.raises(ValueError, match="SAME"):
+        same_padding(in_hw, k, s, d, "VALID")
