@@ -76,7 +76,11 @@ class BasicBlock(layer.Layer):
 
 
 def resnet20() -> layer.Layer:
-    blocks: list[layer.Layer] = [layer.Conv2d(16, 3, padding=1, bias=False), layer.BatchNorm2d(), layer.ReLU()]
+    blocks: list[layer.Layer] = [
+        layer.Conv2d(16, 3, padding=1, bias=False),
+        layer.BatchNorm2d(),
+        layer.ReLU(),
+    ]
     in_planes = 16
     for planes, stride in ((16, 1), (32, 2), (64, 2)):
         for i in range(3):
@@ -94,16 +98,25 @@ class LSTMNet(layer.Layer):
         self.fc = layer.Linear(10)
 
     def forward(self, x: tensor.Tensor) -> tensor.Tensor:
-        y, h, c = self.lstm(x)
+        _y, h, _c = self.lstm(x)
         return self.fc(h)
 
 
 SINGA_NETS: dict[str, Callable[[], layer.Layer]] = {
-    "mlp": lambda: Sequential(layer.Linear(512), layer.ReLU(), layer.Linear(256), layer.ReLU(), layer.Linear(10)),
+    "mlp": lambda: Sequential(
+        layer.Linear(512), layer.ReLU(), layer.Linear(256), layer.ReLU(), layer.Linear(10)
+    ),
     "cnn": lambda: Sequential(
-        layer.Conv2d(32, 5, padding=2), layer.ReLU(), layer.MaxPool2d(2),
-        layer.Conv2d(64, 5, padding=2), layer.ReLU(), layer.MaxPool2d(2),
-        layer.Flatten(), layer.Linear(1024), layer.ReLU(), layer.Linear(10),
+        layer.Conv2d(32, 5, padding=2),
+        layer.ReLU(),
+        layer.MaxPool2d(2),
+        layer.Conv2d(64, 5, padding=2),
+        layer.ReLU(),
+        layer.MaxPool2d(2),
+        layer.Flatten(),
+        layer.Linear(1024),
+        layer.ReLU(),
+        layer.Linear(10),
     ),
     "resnet20": resnet20,
     "lstm": LSTMNet,
@@ -169,7 +182,7 @@ def bench_torch(name: str, steps: int) -> list[float] | None:
                 else nn.Identity()
             )
 
-        def forward(self, x):  # noqa: ANN001, ANN202
+        def forward(self, x):
             y = torch.relu(self.b1(self.c1(x)))
             return torch.relu(self.b2(self.c2(y)) + self.sc(x))
 
@@ -179,7 +192,7 @@ def bench_torch(name: str, steps: int) -> list[float] | None:
             self.lstm = nn.LSTM(64, 128)
             self.fc = nn.Linear(128, 10)
 
-        def forward(self, x):  # noqa: ANN001, ANN202
+        def forward(self, x):
             _, (h, _) = self.lstm(x)
             return self.fc(h[0])
 
@@ -194,12 +207,20 @@ def bench_torch(name: str, steps: int) -> list[float] | None:
         return nn.Sequential(*mods)
 
     nets = {
-        "mlp": lambda: nn.Sequential(nn.Linear(784, 512), nn.ReLU(), nn.Linear(512, 256), nn.ReLU(),
-                                     nn.Linear(256, 10)),
+        "mlp": lambda: nn.Sequential(
+            nn.Linear(784, 512), nn.ReLU(), nn.Linear(512, 256), nn.ReLU(), nn.Linear(256, 10)
+        ),
         "cnn": lambda: nn.Sequential(
-            nn.Conv2d(1, 32, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2),
-            nn.Conv2d(32, 64, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2),
-            nn.Flatten(), nn.Linear(3136, 1024), nn.ReLU(), nn.Linear(1024, 10),
+            nn.Conv2d(1, 32, 5, padding=2),
+            nn.ReLU(),
+            nn.MaxPool2d(2),
+            nn.Conv2d(32, 64, 5, padding=2),
+            nn.ReLU(),
+            nn.MaxPool2d(2),
+            nn.Flatten(),
+            nn.Linear(3136, 1024),
+            nn.ReLU(),
+            nn.Linear(1024, 10),
         ),
         "resnet20": resnet,
         "lstm": LSTMNet,
@@ -227,10 +248,14 @@ def main() -> None:
     p.add_argument("--steps", type=int, default=30)
     p.add_argument("--only", default="mlp,cnn,resnet20,lstm")
     args = p.parse_args()
-    print(f"threads: {THREADS}; OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE', 'unset')}; "
-          f"numpy {np.__version__}")
-    header = f"{'workload':36} {'eager ms (min)':>16} {'graph ms (min)':>16} {'torch ms (min)':>16} " \
-             f"{'eager/torch':>11} {'graph/torch':>11}"
+    print(
+        f"threads: {THREADS}; OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE', 'unset')}; "
+        f"numpy {np.__version__}"
+    )
+    header = (
+        f"{'workload':36} {'eager ms (min)':>16} {'graph ms (min)':>16} {'torch ms (min)':>16} "
+        f"{'eager/torch':>11} {'graph/torch':>11}"
+    )
     print(header)
     print("-" * len(header))
     for name in args.only.split(","):
@@ -238,13 +263,19 @@ def main() -> None:
         graph = time_steps_summary(bench_singa(name, True, args.steps))
         t = bench_torch(name, args.steps)
         torch_s = time_steps_summary(t) if t else None
-        ratio = (lambda a: f"{a[0] / torch_s[0]:.2f}") if torch_s else (lambda a: "n/a")
-        print(f"{SHAPES[name][1]:36} {fmt(eager):>16} {fmt(graph):>16} {fmt(torch_s):>16} "
-              f"{ratio(eager):>11} {ratio(graph):>11}", flush=True)
+        print(
+            f"{SHAPES[name][1]:36} {fmt(eager):>16} {fmt(graph):>16} {fmt(torch_s):>16} "
+            f"{ratio(eager, torch_s):>11} {ratio(graph, torch_s):>11}",
+            flush=True,
+        )
 
 
 def time_steps_summary(times: list[float]) -> tuple[float, float]:
     return statistics.median(times), min(times)
+
+
+def ratio(ours: tuple[float, float], ref: tuple[float, float] | None) -> str:
+    return "n/a" if ref is None else f"{ours[0] / ref[0]:.2f}"
 
 
 def fmt(s: tuple[float, float] | None) -> str:

@@ -73,8 +73,11 @@ def main() -> None:
             total += len(yb)
         m.eval()
         pred = tensor.to_numpy(m(tensor.from_numpy(x_val, dev))).argmax(1)
-        print(f"epoch {epoch}: loss {loss_sum / (total // args.batch_size):.4f}, train acc {correct / total:.4f}, "
-              f"val acc {np.mean(pred == y_val):.4f}, {time.perf_counter() - t0:.2f} s")
+        mean_loss = loss_sum / (total // args.batch_size)
+        print(
+            f"epoch {epoch}: loss {mean_loss:.4f}, train acc {correct / total:.4f}, "
+            f"val acc {np.mean(pred == y_val):.4f}, {time.perf_counter() - t0:.2f} s"
+        )
 
 
 if __name__ == "__main__":

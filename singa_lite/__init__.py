@@ -9,9 +9,8 @@
 
 __version__ = "0.1.0"
 
-from singa_lite import backend, device, errors, tensor  # noqa: E402  (order: tensor before ops)
-from singa_lite import autograd, ops  # noqa: E402
-from singa_lite.errors import (  # noqa: E402
+from singa_lite import autograd, backend, device, errors, ops, tensor
+from singa_lite.errors import (
     CheckpointError,
     CorruptCheckpointError,
     DeviceError,

@@ -118,8 +118,7 @@ def _common_device(op: Operator, xs: tuple) -> Any:
         elif x.device != dev:
             desc = ", ".join(f"{tuple(t.shape)} on {t.device}" for t in xs)
             raise DeviceError(
-                f"{op.name}: inputs are on different devices ({desc}); "
-                "move them with Tensor.to_device first"
+                f"{op.name}: inputs are on different devices ({desc}); move them with Tensor.to_device first"
             )
     return dev
 
@@ -201,8 +200,7 @@ def backward(y: Tensor, dy: Any = None, retain_graph: bool | None = None) -> Ite
         if dys is None:
             continue
         dys = [
-            d if d is not None else op.xp.zeros(shape, dtype=dt)
-            for d, (shape, dt) in zip(dys, op.out_meta)
+            d if d is not None else op.xp.zeros(shape, dtype=dt) for d, (shape, dt) in zip(dys, op.out_meta)
         ]
         dxs = op.backward(*dys)
         if not isinstance(dxs, tuple):

@@ -78,8 +78,15 @@ def plot(history: dict[str, list[float]], path: Path) -> None:
     plt.close(fig)
 
 
-def train(epochs: int = 20, batch_size: int = 64, lr: float = 0.05, seed: int = 0,
-          out_dir: str | Path = "runs/demo", progress: bool = True, make_plot: bool = True) -> dict:
+def train(
+    epochs: int = 20,
+    batch_size: int = 64,
+    lr: float = 0.05,
+    seed: int = 0,
+    out_dir: str | Path = "runs/demo",
+    progress: bool = True,
+    make_plot: bool = True,
+) -> dict:
     """Train the demo CNN; returns the history (loss, train_acc, test_acc per epoch)."""
     dev = device.get_default_device()
     dev.SetRandSeed(seed)
@@ -98,8 +105,9 @@ def train(epochs: int = 20, batch_size: int = 64, lr: float = 0.05, seed: int = 
     bar = _progress(total=epochs * steps, enabled=progress)
     for epoch in range(epochs):
         losses, correct = [], 0
-        for xb, yb in data.iterate_batches(x_train, y_train, batch_size, shuffle=True, seed=seed + epoch,
-                                           drop_last=True):
+        for xb, yb in data.iterate_batches(
+            x_train, y_train, batch_size, shuffle=True, seed=seed + epoch, drop_last=True
+        ):
             tx.copy_from_numpy(xb)
             ty.copy_from_numpy(yb)
             out, loss = m(tx, ty)
@@ -109,7 +117,9 @@ def train(epochs: int = 20, batch_size: int = 64, lr: float = 0.05, seed: int = 
         history["loss"].append(float(np.mean(losses)))
         history["train_acc"].append(correct / (steps * batch_size))
         history["test_acc"].append(evaluate(m, x_test, y_test, dev))
-        bar.set_postfix(epoch=epoch + 1, loss=f"{history['loss'][-1]:.3f}", test_acc=f"{history['test_acc'][-1]:.3f}")
+        bar.set_postfix(
+            epoch=epoch + 1, loss=f"{history['loss'][-1]:.3f}", test_acc=f"{history['test_acc'][-1]:.3f}"
+        )
     bar.close()
     autograd.training = False
     if make_plot:
@@ -146,8 +156,10 @@ def main(argv: list[str] | None = None) -> None:
     args = p.parse_args(argv)
     t0 = time.perf_counter()
     h = train(args.epochs, args.batch_size, args.lr, args.seed, args.out)
-    print(f"test accuracy: {h['test_acc'][-1]:.4f}  (best {max(h['test_acc']):.4f})  "
-          f"in {time.perf_counter() - t0:.1f} s")
+    print(
+        f"test accuracy: {h['test_acc'][-1]:.4f}  (best {max(h['test_acc']):.4f})  "
+        f"in {time.perf_counter() - t0:.1f} s"
+    )
     print(f"loss and accuracy curves: {h['plot']}")
 
 

@@ -81,7 +81,7 @@ _BY_NAME = {
 }
 
 
-def get(name: str):  # noqa: ANN201
+def get(name: str):
     """The initialiser called ``name`` (for layer arguments such as ``kernel_init="he_uniform"``)."""
     try:
         return _BY_NAME[name]

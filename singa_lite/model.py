@@ -41,8 +41,9 @@ class Model(Layer):
         self._output_shapes: dict[int, tuple] = {}
 
     # -- configuration ----------------------------------------------------------------------
-    def compile(self, inputs: list[Tensor], is_train: bool = True, use_graph: bool = False,
-                sequential: bool = False) -> None:
+    def compile(
+        self, inputs: list[Tensor], is_train: bool = True, use_graph: bool = False, sequential: bool = False
+    ) -> None:
         """Build every layer from placeholder ``inputs`` and set the training and graph modes.
 
         The forward pass on the placeholders runs in inference behaviour and records nothing,
@@ -166,7 +167,10 @@ class Model(Layer):
             total += own
         widths = [max(len(r[i]) for r in rows) for i in range(4)]
         line = "  ".join("-" * w for w in widths)
-        fmt = [f"{r[0]:<{widths[0]}}  {r[1]:<{widths[1]}}  {r[2]:<{widths[2]}}  {r[3]:>{widths[3]}}" for r in rows]
+        fmt = [
+            f"{r[0]:<{widths[0]}}  {r[1]:<{widths[1]}}  {r[2]:<{widths[2]}}  {r[3]:>{widths[3]}}"
+            for r in rows
+        ]
         text = "\n".join([fmt[0], line, *fmt[1:], line, f"total params: {total:,}"])
         print_fn(text)
         return text
@@ -185,7 +189,12 @@ class _Graph:
             return False
         for a, r in zip(args, self.inputs):
             if isinstance(r, Tensor):
-                if not isinstance(a, Tensor) or a.shape != r.shape or a.dtype != r.dtype or a.device != r.device:
+                if (
+                    not isinstance(a, Tensor)
+                    or a.shape != r.shape
+                    or a.dtype != r.dtype
+                    or a.device != r.device
+                ):
                     return False
             elif a is not r and a != r:
                 return False

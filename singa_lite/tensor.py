@@ -55,6 +55,7 @@ class Tensor:
     """
 
     __array_priority__ = 1000  # so `ndarray + tensor` defers to Tensor.__radd__
+    data: Any  # the backend array (numpy.ndarray or cupy.ndarray)
 
     def __init__(
         self,
@@ -68,13 +69,13 @@ class Tensor:
         name: str | None = None,
     ) -> None:
         dev = device if device is not None else _device.get_default_device()
+        arr: Any
         if data is None:
             d = as_dtype(float32 if dtype is None else dtype)
             arr = dev.xp.zeros(tuple(int(s) for s in shape), dtype=d)
         else:
-            if isinstance(data, Tensor):
-                data = data.data
-            arr = _to_device_array(data, dev)
+            src = data.data if isinstance(data, Tensor) else data
+            arr = _to_device_array(src, dev)
             as_dtype(arr.dtype)
             if dtype is not None and arr.dtype != as_dtype(dtype):
                 arr = arr.astype(as_dtype(dtype))
@@ -260,9 +261,7 @@ class Tensor:
     def _other(self, x: Any) -> Tensor:
         if isinstance(x, Tensor):
             return x
-        if isinstance(x, (bool, int, float, np.number)) or (
-            isinstance(x, np.ndarray) and x.ndim == 0
-        ):
+        if isinstance(x, (bool, int, float, np.number)) or (isinstance(x, np.ndarray) and x.ndim == 0):
             dt = self.dtype
             if dt.kind in "iub" and not isinstance(x, (bool, int, np.integer)):
                 dt = np.dtype(float32)
@@ -474,7 +473,7 @@ square = _unary("square")
 
 
 def pow(t: Tensor, x: Any) -> Tensor:  # noqa: A001
-    return t ** x
+    return t**x
 
 
 def add(a: Tensor, b: Any) -> Tensor:

@@ -9,7 +9,8 @@ returns an array or a tuple. Inputs are NumPy arrays; non-tensor arguments belon
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import contextlib
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -120,7 +121,9 @@ def check_grad(
     np_weights = [dev.backend.to_numpy(w) for w in weights]
 
     def scalar(xs: list[np.ndarray]) -> float:
-        outs = [y for y in _as_tuple(fn(*to_tensors(xs, dev, stores_grad=False))) if np.dtype(y.dtype).kind == "f"]
+        outs = [
+            y for y in _as_tuple(fn(*to_tensors(xs, dev, stores_grad=False))) if np.dtype(y.dtype).kind == "f"
+        ]
         return float(sum((tensor.to_numpy(y).astype(np.float64) * w).sum() for y, w in zip(outs, np_weights)))
 
     for i in wrt:
@@ -139,10 +142,12 @@ def check_grad(
         )
 
 
-class _training:
-    def __enter__(self) -> None:
-        self.old = autograd.training
-        autograd.training = True
-
-    def __exit__(self, *exc: object) -> None:
-        autograd.training = self.old
+@contextlib.contextmanager
+def _training() -> Iterator[None]:
+    """Record graphs inside the block (autograd.training on), then restore the flag."""
+    old = autograd.training
+    autograd.training = True
+    try:
+        yield
+    finally:
+        autograd.training = old

@@ -106,7 +106,7 @@ def test_no_recording_outside_training_or_inside_no_grad():
 
 def test_backward_without_graph_explains_how_to_fix():
     x = param([1.0])
-    with pytest.raises(RuntimeError, match="autograd.training = True"):
+    with pytest.raises(RuntimeError, match=r"autograd\.training = True"):
         list(autograd.backward(x * 2))
 
 
@@ -122,7 +122,7 @@ def test_graph_is_released_after_backward():
 def test_functional_api_is_reachable_from_autograd():
     assert autograd.add is not None
     with pytest.raises(AttributeError):
-        autograd.no_such_op  # noqa: B018
+        autograd.no_such_op
 
 
 def test_memory_stays_flat_over_1000_steps():

@@ -56,5 +56,5 @@ def test_mixing_devices_names_the_op(dev):
         pytest.skip("needs a GPU to mix devices")
     a = tensor.from_numpy(np.ones(2, np.float32))
     b = tensor.from_numpy(np.ones(2, np.float32), dev)
-    with pytest.raises(DeviceError, match="Add.*different devices"):
+    with pytest.raises(DeviceError, match=r"Add.*different devices"):
         a + b

@@ -41,8 +41,18 @@ CASES = {
         (2, 2, 4),
         ["W"],
     ),
-    "Conv2d": (lambda: layer.Conv2d(4, 3, padding=1), lambda d: _x((2, 3, 6, 6), d), (2, 4, 6, 6), ["W", "b"]),
-    "Conv2d(legacy)": (lambda: layer.Conv2d(3, 4, 3, 2, 1), lambda d: _x((2, 3, 6, 6), d), (2, 4, 3, 3), ["W", "b"]),
+    "Conv2d": (
+        lambda: layer.Conv2d(4, 3, padding=1),
+        lambda d: _x((2, 3, 6, 6), d),
+        (2, 4, 6, 6),
+        ["W", "b"],
+    ),
+    "Conv2d(legacy)": (
+        lambda: layer.Conv2d(3, 4, 3, 2, 1),
+        lambda d: _x((2, 3, 6, 6), d),
+        (2, 4, 3, 3),
+        ["W", "b"],
+    ),
     "Conv2d(asym pad, dilation, group)": (
         lambda: layer.Conv2d(4, 3, padding=(1, 0, 2, 1), dilation=2, group=2),
         lambda d: _x((2, 2, 7, 7), d),
@@ -61,14 +71,29 @@ CASES = {
         (2, 5, 5, 5),
         ["depthwise_conv.W", "point_conv.W"],
     ),
-    "BatchNorm2d": (lambda: layer.BatchNorm2d(), lambda d: _x((4, 3, 2, 2), d), (4, 3, 2, 2), ["bias", "scale"]),
+    "BatchNorm2d": (
+        lambda: layer.BatchNorm2d(),
+        lambda d: _x((4, 3, 2, 2), d),
+        (4, 3, 2, 2),
+        ["bias", "scale"],
+    ),
     "LayerNorm": (lambda: layer.LayerNorm(), lambda d: _x((4, 6), d), (4, 6), ["bias", "scale"]),
     "MaxPool2d": (lambda: layer.MaxPool2d(2), lambda d: _x((2, 3, 5, 5), d), (2, 3, 2, 2), []),
-    "MaxPool2d(ceil)": (lambda: layer.MaxPool2d(2, ceil_mode=True), lambda d: _x((2, 3, 5, 5), d), (2, 3, 3, 3), []),
+    "MaxPool2d(ceil)": (
+        lambda: layer.MaxPool2d(2, ceil_mode=True),
+        lambda d: _x((2, 3, 5, 5), d),
+        (2, 3, 3, 3),
+        [],
+    ),
     "AvgPool2d": (lambda: layer.AvgPool2d(3, 1, 1), lambda d: _x((2, 3, 5, 5), d), (2, 3, 5, 5), []),
     "MaxPool1d": (lambda: layer.MaxPool1d(2), lambda d: _x((2, 3, 8), d), (2, 3, 4), []),
     "AvgPool1d": (lambda: layer.AvgPool1d(2), lambda d: _x((2, 3, 8), d), (2, 3, 4), []),
-    "RNN": (lambda: layer.RNN(3, 4), lambda d: _x((5, 2, 3), d), ((5, 2, 4), (2, 4)), ["Bh", "Bx", "Wh", "Wx"]),
+    "RNN": (
+        lambda: layer.RNN(3, 4),
+        lambda d: _x((5, 2, 3), d),
+        ((5, 2, 4), (2, 4)),
+        ["Bh", "Bx", "Wh", "Wx"],
+    ),
     "LSTM": (
         lambda: layer.LSTM(3, 4),
         lambda d: _x((5, 2, 3), d),
@@ -147,8 +172,14 @@ def test_paths_name_nested_layers():
 
     net = Net()
     net(_x((2, 1, 4, 4), None))
-    assert list(net.get_params()) == ["blk1.bn1.bias", "blk1.bn1.scale", "blk1.conv1.W", "blk1.conv1.b",
-                                      "fc.W", "fc.b"]
+    assert list(net.get_params()) == [
+        "blk1.bn1.bias",
+        "blk1.bn1.scale",
+        "blk1.conv1.W",
+        "blk1.conv1.b",
+        "fc.W",
+        "fc.b",
+    ]
     states = net.get_states()
     assert "blk1.bn1.running_mean" in states and "blk1.bn1.running_var" in states
     assert states["blk1.conv1.W"].name == "blk1.conv1.W"
@@ -204,7 +235,7 @@ def test_lstm_accepts_a_list_of_steps():
     xs = [_x((2, 3), None) for _ in range(5)]
     h0 = tensor.zeros((2, 4))
     c0 = tensor.zeros((2, 4))
-    outs, h, c = lstm(xs, (h0, c0))
+    outs, h, _c = lstm(xs, (h0, c0))
     assert len(outs) == 5 and outs[0].shape == (2, 4)
     np.testing.assert_allclose(tensor.to_numpy(outs[-1]), tensor.to_numpy(h), rtol=1e-6)
 

@@ -78,7 +78,7 @@ def test_graph_mode_with_fresh_input_tensors_and_shape_change():
     m.set_optimizer(opt.SGD(lr=0.05))
     m.compile([tensor.Tensor((6, 2, 6, 6))], is_train=True, use_graph=True)
     for xb, yb in _data(3):
-        _, loss = m(tensor.from_numpy(xb), tensor.from_numpy(yb))
+        _, _loss = m(tensor.from_numpy(xb), tensor.from_numpy(yb))
     xb, yb = _data(1, n=4)[0]
     with pytest.warns(UserWarning, match="eagerly"):
         out, _ = m(tensor.from_numpy(xb), tensor.from_numpy(yb))
@@ -99,7 +99,7 @@ def test_call_dispatch_train_and_eval():
     m.set_optimizer(opt.SGD(lr=0.1))
     m.compile([tensor.Tensor((2, 2, 6, 6))], is_train=True)
     xb, yb = _data(1, n=2)[0]
-    out, loss = m(tensor.from_numpy(xb), tensor.from_numpy(yb))
+    _out, loss = m(tensor.from_numpy(xb), tensor.from_numpy(yb))
     assert loss.shape == (1,)
     m.eval()
     assert autograd.training is False

@@ -96,7 +96,7 @@ def test_random_fills_are_seeded(dev):
     a2 = Tensor((100,), dev).gaussian(1.0, 2.0)
     np.testing.assert_array_equal(tensor.to_numpy(a), tensor.to_numpy(a2))
     assert a.dtype == np.float32
-    assert -1 <= tensor.to_numpy(b).min() and tensor.to_numpy(b).max() < 1
+    assert tensor.to_numpy(b).min() >= -1 and tensor.to_numpy(b).max() < 1
     assert 0.2 < tensor.to_numpy(c).mean() < 0.4
 
 

@@ -29,7 +29,7 @@ def new_rng(seed: int | None, device_id: int = -1) -> numpy.random.Generator:
 
 def rng_state(rng: numpy.random.Generator) -> dict:
     """A JSON-able snapshot of the generator (for checkpoints)."""
-    return rng.bit_generator.state
+    return dict(rng.bit_generator.state)
 
 
 def set_rng_state(rng: numpy.random.Generator, state: dict) -> None:

@@ -22,7 +22,7 @@ from singa_lite.layer.conv import (
 )
 from singa_lite.layer.dense import Embedding, Gemm, Linear
 from singa_lite.layer.loss import BinaryCrossEntropy, CrossEntropy, MeanSquareError, SoftMaxCrossEntropy
-from singa_lite.layer.misc import Add, Cat, Flatten, Gelu, LeakyReLU, Reshape, ReLU, Sigmoid, SoftMax, Tanh
+from singa_lite.layer.misc import Add, Cat, Flatten, Gelu, LeakyReLU, ReLU, Reshape, Sigmoid, SoftMax, Tanh
 from singa_lite.layer.norm import BatchNorm2d, Dropout, LayerNorm
 from singa_lite.layer.rnn import GRU, LSTM, RNN
 

@@ -18,7 +18,6 @@ from typing import Any
 from singa_lite.errors import DeviceError, ShapeError
 from singa_lite.tensor import Tensor
 
-
 output_hook: Any = None
 """Called as ``output_hook(layer, output)`` after each layer's forward (``Model.summary`` uses it)."""
 
@@ -27,6 +26,12 @@ class Layer:
     """Base class of layers and models. Subclasses define ``initialize`` and ``forward``."""
 
     sep = "."
+    _layers: dict[str, Layer]
+    _params: dict[str, Tensor]
+    _states: dict[str, Tensor]
+    _initialized: bool
+    _parent: Layer | None
+    name: str | None
 
     def __init__(self) -> None:
         object.__setattr__(self, "_layers", {})
@@ -66,10 +71,10 @@ class Layer:
 
     def _prefix(self) -> str:
         """``blk1.conv1.`` for a layer at that path; empty for the top-level model."""
-        parts = []
+        parts: list[str] = []
         node: Layer | None = self
         while node is not None and node._parent is not None:
-            parts.append(node.name)
+            parts.append(str(node.name))
             node = node._parent
         return "".join(p + self.sep for p in reversed(parts))
 
@@ -147,8 +152,10 @@ class Layer:
 
     def check_ndim(self, x: Tensor, ndim: int, layout: str) -> None:
         if x.ndim() != ndim:
-            raise ShapeError(f"{self._prefix() or type(self).__name__}: expects a {ndim}-d input "
-                             f"{layout}, got shape {x.shape}")
+            raise ShapeError(
+                f"{self._prefix() or type(self).__name__}: expects a {ndim}-d input "
+                f"{layout}, got shape {x.shape}"
+            )
 
     def same_device(self, *tensors: Tensor) -> None:
         devs = {t.device for t in tensors}

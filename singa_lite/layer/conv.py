@@ -79,9 +79,13 @@ class Conv2d(Layer):
         self.check_ndim(x, 4, "(N, C, H, W)")
         c = x.shape[1]
         if self.in_channels is not None and self.in_channels != c:
-            raise ShapeError(f"{type(self).__name__}: built for {self.in_channels} input channels, got {x.shape}")
+            raise ShapeError(
+                f"{type(self).__name__}: built for {self.in_channels} input channels, got {x.shape}"
+            )
         if c % self.group or self.nb_kernels % self.group:
-            raise ShapeError(f"Conv2d: group {self.group} must divide channels {c} and kernels {self.nb_kernels}")
+            raise ShapeError(
+                f"Conv2d: group {self.group} must divide channels {c} and kernels {self.nb_kernels}"
+            )
         self.in_channels = c
         kh, kw = self.kernel_size
         fan_in = c // self.group * kh * kw
@@ -94,23 +98,30 @@ class Conv2d(Layer):
     def forward(self, x: Tensor) -> Tensor:
         padding = self.padding
         if self.pad_mode in ("SAME_UPPER", "SAME_LOWER"):
-            padding = ops.same_padding(x.shape[2:], self.kernel_size, self.stride, self.dilation, self.pad_mode)
-        y = ops.conv2d(x, self.W, self.b if self.bias else None, self.stride, padding, self.dilation, self.group)
+            padding = ops.same_padding(
+                x.shape[2:], self.kernel_size, self.stride, self.dilation, self.pad_mode
+            )
+        y = ops.conv2d(
+            x, self.W, self.b if self.bias else None, self.stride, padding, self.dilation, self.group
+        )
         return ops.relu(y) if self.activation == "RELU" else y
 
 
 class SeparableConv2d(Layer):
     """Depthwise convolution (one filter per channel) followed by a 1x1 pointwise convolution."""
 
-    def __init__(self, nb_kernels: int, kernel_size: Any, stride: Any = 1, padding: Any = 0, bias: bool = False) -> None:
+    def __init__(
+        self, nb_kernels: int, kernel_size: Any, stride: Any = 1, padding: Any = 0, bias: bool = False
+    ) -> None:
         super().__init__()
         self.nb_kernels = int(nb_kernels)
         self.kernel_size, self.stride, self.padding, self.bias = kernel_size, stride, padding, bias
 
     def initialize(self, x: Tensor) -> None:
         c = x.shape[1]
-        self.depthwise_conv = Conv2d(c, self.kernel_size, stride=self.stride, padding=self.padding,
-                                     group=c, bias=self.bias)
+        self.depthwise_conv = Conv2d(
+            c, self.kernel_size, stride=self.stride, padding=self.padding, group=c, bias=self.bias
+        )
         self.point_conv = Conv2d(self.nb_kernels, 1, bias=self.bias)
 
     def forward(self, x: Tensor) -> Tensor:
@@ -142,9 +153,12 @@ class _Pool(Layer):
     def forward(self, x: Tensor) -> Tensor:
         if self.ndim == 1:
             if self.is_max:
-                return ops.max_pool1d(x, self.kernel_size, self.stride, self.padding, ceil_mode=self.ceil_mode)
-            return ops.avg_pool1d(x, self.kernel_size, self.stride, self.padding, self.ceil_mode,
-                                  self.count_include_pad)
+                return ops.max_pool1d(
+                    x, self.kernel_size, self.stride, self.padding, ceil_mode=self.ceil_mode
+                )
+            return ops.avg_pool1d(
+                x, self.kernel_size, self.stride, self.padding, self.ceil_mode, self.count_include_pad
+            )
         padding = self.padding
         if self.pad_mode in ("SAME_UPPER", "SAME_LOWER"):
             k = _pair(self.kernel_size)
@@ -152,7 +166,9 @@ class _Pool(Layer):
             padding = ops.same_padding(x.shape[2:], k, s, (1, 1), self.pad_mode)
         if self.is_max:
             return ops.max_pool2d(x, self.kernel_size, self.stride, padding, ceil_mode=self.ceil_mode)
-        return ops.avg_pool2d(x, self.kernel_size, self.stride, padding, self.ceil_mode, self.count_include_pad)
+        return ops.avg_pool2d(
+            x, self.kernel_size, self.stride, padding, self.ceil_mode, self.count_include_pad
+        )
 
 
 class Pooling2d(_Pool):

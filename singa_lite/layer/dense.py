@@ -35,7 +35,9 @@ class Linear(Layer):
     def initialize(self, x: Tensor) -> None:
         in_features = x.shape[-1]
         if self.in_features is not None and self.in_features != in_features:
-            raise ShapeError(f"Linear: built for {self.in_features} input features, got input of shape {x.shape}")
+            raise ShapeError(
+                f"Linear: built for {self.in_features} input features, got input of shape {x.shape}"
+            )
         self.in_features = in_features
         # SINGA's initialisation: N(0, sqrt(2 / (in + out))).
         self.W = _param((in_features, self.out_features), x).gaussian(

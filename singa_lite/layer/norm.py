@@ -38,8 +38,9 @@ class BatchNorm2d(Layer):
         self.running_var = Tensor((c,), x.device, self.scale.dtype, requires_grad=False).set_value(1.0)
 
     def forward(self, x: Tensor) -> Tensor:
-        return ops.batchnorm_2d(x, self.scale, self.bias, self.running_mean, self.running_var,
-                                self.momentum, self.eps)
+        return ops.batchnorm_2d(
+            x, self.scale, self.bias, self.running_mean, self.running_var, self.momentum, self.eps
+        )
 
 
 class LayerNorm(Layer):

@@ -21,9 +21,17 @@ from singa_lite.tensor import Tensor
 class _Recurrent(Layer):
     gates: tuple[str, ...] = ("",)
 
-    def __init__(self, input_size: int, hidden_size: int | None = None, num_layers: int = 1,
-                 nonlinearity: str = "tanh", bias: bool = True, batch_first: bool = False,
-                 dropout: float = 0.0, bidirectional: bool = False) -> None:
+    def __init__(
+        self,
+        input_size: int,
+        hidden_size: int | None = None,
+        num_layers: int = 1,
+        nonlinearity: str = "tanh",
+        bias: bool = True,
+        batch_first: bool = False,
+        dropout: float = 0.0,
+        bidirectional: bool = False,
+    ) -> None:
         super().__init__()
         if hidden_size is None:  # RNN(hidden_size): the input size is learnt from the data
             input_size, hidden_size = None, input_size  # type: ignore[assignment]
@@ -64,8 +72,8 @@ class _Recurrent(Layer):
             return getattr(self, prefix)
         return ops.cat([getattr(self, f"{prefix}_{g}") for g in self.gates], axis=-1)
 
-    def _weights(self) -> tuple[Tensor, ...]:
-        return tuple(self._stacked(p) for p in ("Wx", "Wh", "Bx", "Bh"))
+    def _weights(self) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        return self._stacked("Wx"), self._stacked("Wh"), self._stacked("Bx"), self._stacked("Bh")
 
     def _sequence(self, xs: Any) -> tuple[Tensor, bool]:
         """The input as one (T, N, I) tensor, and whether it came as a list of steps."""

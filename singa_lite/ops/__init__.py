@@ -3,29 +3,61 @@
 Each module defines small ``Operator`` classes (forward and backward side by side) and a
 lowercase function per op under SINGA's name. Everything in a family's ``__all__`` is
 re-exported here and from ``singa_lite.autograd``.
+
+Module names never equal an exported function's name (``ops.rnn`` is the function; its
+module is ``ops.recurrent``; ``ops.resize`` lives in ``ops.interpolate``).
 """
 
 from singa_lite.ops import (
     activation,
     conv,
     elementwise,
+    interpolate,
     linalg,
     loss,
     normalization,
     pool,
+    recurrent,
     reduce,
-    resize,
-    rnn,
     shape,
 )
+from singa_lite.ops.activation import *  # noqa: F403
+from singa_lite.ops.conv import *  # noqa: F403
+from singa_lite.ops.elementwise import *  # noqa: F403
+from singa_lite.ops.interpolate import *  # noqa: F403
+from singa_lite.ops.linalg import *  # noqa: F403
+from singa_lite.ops.loss import *  # noqa: F403
+from singa_lite.ops.normalization import *  # noqa: F403
+from singa_lite.ops.pool import *  # noqa: F403
+from singa_lite.ops.recurrent import *  # noqa: F403
+from singa_lite.ops.reduce import *  # noqa: F403
+from singa_lite.ops.shape import *  # noqa: F403
 
-_FAMILIES = (elementwise, activation, reduce, shape, linalg, conv, pool, normalization, resize, rnn, loss)
+_FAMILIES = (
+    elementwise,
+    activation,
+    reduce,
+    shape,
+    linalg,
+    conv,
+    pool,
+    normalization,
+    interpolate,
+    recurrent,
+    loss,
+)
 
-__all__: list[str] = []
-for _family in _FAMILIES:
-    for _name in _family.__all__:
-        if _name in __all__:  # two families exporting one name would silently shadow an op
-            raise ImportError(f"ops: {_name!r} is exported by more than one op family")
-        globals()[_name] = getattr(_family, _name)
-        __all__.append(_name)
-del _family, _name
+__all__: list[str] = [name for family in _FAMILIES for name in family.__all__]
+
+
+def _check_unique() -> None:
+    """Two families exporting one name would silently shadow an op."""
+    seen: dict[str, str] = {}
+    for family in _FAMILIES:
+        for name in family.__all__:
+            if name in seen:
+                raise ImportError(f"ops: {name!r} is exported by both {seen[name]} and {family.__name__}")
+            seen[name] = family.__name__
+
+
+_check_unique()

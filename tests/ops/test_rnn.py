@@ -10,7 +10,7 @@ from opcheck import _training, _weighted_sum, check_forward, check_grad, to_tens
 
 from singa_lite import autograd, tensor
 from singa_lite.errors import DTypeError, ShapeError
-from singa_lite.ops.rnn import gru, gru_cell, lstm, lstm_cell, rnn, rnn_cell
+from singa_lite.ops.recurrent import gru, gru_cell, lstm, lstm_cell, rnn, rnn_cell
 
 GATES = {"rnn": 1, "lstm": 4, "gru": 3}
 

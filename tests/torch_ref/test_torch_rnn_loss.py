@@ -8,7 +8,7 @@ from opcheck import _training, _weighted_sum, to_tensors
 
 from singa_lite import autograd, tensor
 from singa_lite.ops.loss import binary_cross_entropy, cross_entropy, mse_loss, nll_loss, softmax_cross_entropy
-from singa_lite.ops.rnn import gru, lstm, rnn
+from singa_lite.ops.recurrent import gru, lstm, rnn
 
 torch = pytest.importorskip("torch", reason="PyTorch is not installed")
 F = torch.nn.functional

@@ -26,8 +26,7 @@ from singa_lite.autograd import Operator
 from singa_lite.errors import DTypeError
 from singa_lite.tensor import Tensor
 
-# Re-exported, the function `rnn` shadows this module as the attribute `singa_lite.ops.rnn`;
-# import the module with `from singa_lite.ops.rnn import ...` or importlib.
+# The function `rnn` is re-exported as `singa_lite.ops.rnn`; this module is `ops.recurrent`.
 __all__ = [
     "GRUCell",
     "GRUSequence",
