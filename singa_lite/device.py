@@ -42,6 +42,10 @@ class Device:
 
     sync = Sync
 
+    def SetVerbosity(self, level: int) -> None:  # noqa: N802 (SINGA's name)
+        """Accepted for SINGA scripts; singa_lite keeps the level in ``verbosity`` and logs nothing."""
+        self.verbosity = int(level)
+
     def get_rng_state(self) -> dict:
         return self.backend.rng_state(self.rng)
 

@@ -50,6 +50,7 @@ __all__ = [
     "Constant",
     "CosineDecay",
     "DecayScheduler",
+    "DistOpt",
     "ExponentialDecay",
     "Optimizer",
     "OptimizerError",
@@ -616,3 +617,12 @@ class RMSProp(Optimizer):
         r *= c(self.rho)
         r += s
         _scaled_step(xp, p, g, r, c(self.lr_value), c(self.epsilon), s)
+
+
+def __getattr__(name: str) -> Any:
+    # DistOpt lives in singa_lite.dist, which imports this module: resolved on first use, no cycle.
+    if name == "DistOpt":
+        from singa_lite.dist.distopt import DistOpt
+
+        return DistOpt
+    raise AttributeError(f"module 'singa_lite.opt' has no attribute {name!r}")
