@@ -50,7 +50,6 @@ __all__ = [
     "Constant",
     "CosineDecay",
     "DecayScheduler",
-    "DistOpt",
     "ExponentialDecay",
     "Optimizer",
     "OptimizerError",
