@@ -24,6 +24,7 @@ from singa_lite.errors import (
     StateMismatchError,
     UnsupportedOperatorError,
 )
+from singa_lite.saving import load, save
 
 __all__ = [
     "CheckpointError",
@@ -42,6 +43,8 @@ __all__ = [
     "backend",
     "device",
     "errors",
+    "load",
     "ops",
+    "save",
     "tensor",
 ]

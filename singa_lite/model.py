@@ -152,6 +152,20 @@ class Model(Layer):
 
         return checkpoint.load_model_states(self, fpath, strict=strict)
 
+    def to_onnx(
+        self,
+        inputs: list[Tensor] | None = None,
+        model_name: str | None = None,
+        opset: int | None = None,
+        input_names: list[str] | None = None,
+        output_names: list[str] | None = None,
+    ) -> Any:
+        """This model as an ONNX model: ``forward`` traced on ``inputs`` (default: the compile
+        placeholders) in inference behaviour; params and states become named initializers."""
+        from singa_lite.sonnx.frontend import export_model
+
+        return export_model(self, inputs, model_name, opset, input_names, output_names)
+
     # -- inspection -------------------------------------------------------------------------
     def summary(self, print_fn: Any = print) -> str:
         """A table of layers, output shapes (known after ``compile``) and parameter counts."""

@@ -1,0 +1,172 @@
+"""Whole-model save/load (``singa_lite.saving``): one file holds the ONNX graph and every state;
+a fresh process that never imports the model's class loads it, predicts the same and trains on."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import onnx
+import pytest
+
+from singa_lite import autograd, checkpoint, layer, model, ops, opt, saving, tensor
+from singa_lite.errors import CheckpointError
+
+R = np.random.default_rng(0)
+
+
+class Net(model.Model):
+    """Conv, batch norm, pooling, dropout and a linear head: stateful in every way that counts."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv1 = layer.Conv2d(4, 3, padding=1)
+        self.bn1 = layer.BatchNorm2d()
+        self.pool = layer.MaxPool2d(2)
+        self.flat = layer.Flatten()
+        self.drop = layer.Dropout(0.25)
+        self.fc = layer.Linear(3)
+
+    def forward(self, x):
+        y = self.pool(ops.relu(self.bn1(self.conv1(x))))
+        return self.fc(self.drop(self.flat(y)))
+
+    def train_one_batch(self, x, y):
+        out = self.forward(x)
+        loss = ops.softmax_cross_entropy(out, y)
+        self.optimizer(loss)
+        return out, loss
+
+
+def _batch(n=4):
+    x = R.standard_normal((n, 2, 6, 6)).astype(np.float32)
+    y = R.integers(0, 3, n).astype(np.int32)
+    return x, y
+
+
+def _trained(optimizer) -> Net:
+    net = Net()
+    net.set_optimizer(optimizer)
+    net.compile([tensor.Tensor((4, 2, 6, 6))], is_train=True)
+    for _ in range(2):
+        x, y = _batch()
+        net(tensor.from_numpy(x), tensor.from_numpy(y))
+    net.eval()
+    return net
+
+
+# The fresh process: only singa_lite is imported, never this module or the model's class.
+CHILD = textwrap.dedent(
+    """
+    import json, sys
+    import numpy as np
+    import singa_lite.saving as saving
+    from singa_lite import tensor
+    path, data, out = sys.argv[1:4]
+    d = np.load(data)
+    m = saving.load(path)
+    pred = np.asarray(m.forward(tensor.from_numpy(d["x"]))[0])
+    m.train()
+    losses = []
+    for i in range(2):
+        _, loss = m(tensor.from_numpy(d["xb%d" % i]), tensor.from_numpy(d["yb%d" % i]))
+        losses.append(float(tensor.to_numpy(loss)[0]))
+    m.eval()
+    np.savez(out, pred=pred, after=np.asarray(m.forward(tensor.from_numpy(d["x"]))[0]))
+    print(json.dumps({"losses": losses, "optimizer": type(m.optimizer).__name__,
+                      "step": m.optimizer.step_counter, "aux": m.aux_states,
+                      "loaded_class_module": type(m).__module__,
+                      "test_module_seen": any("test_saving" in k for k in sys.modules)}))
+    """
+)
+
+
+@pytest.mark.parametrize(
+    "make_opt", [lambda: opt.SGD(lr=0.05, momentum=0.9), lambda: opt.Adam(lr=0.01)], ids=["sgd", "adam"]
+)
+def test_load_in_fresh_process_predicts_and_trains_like_the_original(tmp_path, make_opt):
+    net = _trained(make_opt())
+    path = str(tmp_path / "whole.h5")
+    saving.save(path, net, aux_states={"epoch": 7})
+    assert checkpoint.verify(path).ok
+
+    x, _ = _batch()
+    (xb0, yb0), (xb1, yb1) = _batch(), _batch()
+    data = str(tmp_path / "data.npz")
+    np.savez(data, x=x, xb0=xb0, yb0=yb0, xb1=xb1, yb1=yb1)
+    out = str(tmp_path / "out.npz")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+    proc = subprocess.run(
+        [sys.executable, "-c", CHILD, path, data, out], capture_output=True, text=True, env=env, timeout=120
+    )
+    assert proc.returncode == 0, proc.stderr
+    child = json.loads(proc.stdout.strip().splitlines()[-1])
+
+    # The original model goes on from the same point (its RNG state is the one saved).
+    expected_pred = np.asarray(net.forward(tensor.from_numpy(x)))
+    net.train()
+    losses = [
+        float(tensor.to_numpy(net(tensor.from_numpy(a), tensor.from_numpy(b))[1])[0])
+        for a, b in ((xb0, yb0), (xb1, yb1))
+    ]
+    net.eval()
+    got = np.load(out)
+    np.testing.assert_allclose(got["pred"], expected_pred, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(child["losses"], losses, rtol=0, atol=1e-6)
+    np.testing.assert_allclose(
+        got["after"], np.asarray(net.forward(tensor.from_numpy(x))), rtol=1e-5, atol=1e-6
+    )
+    assert child["optimizer"] == type(net.optimizer).__name__ and child["step"] == net.optimizer.step_counter
+    assert child["aux"] == {"epoch": 7}
+    assert child["loaded_class_module"].startswith("singa_lite.") and not child["test_module_seen"]
+
+
+def test_loaded_model_learns(tmp_path):
+    net = _trained(opt.SGD(lr=0.1))
+    path = str(tmp_path / "m.h5")
+    saving.save(path, net)
+    m = saving.load(path)
+    x, y = _batch()
+    tx, ty = tensor.from_numpy(x), tensor.from_numpy(y)
+    m.train()
+    first = float(tensor.to_numpy(m(tx, ty)[1])[0])
+    for _ in range(15):
+        last = float(tensor.to_numpy(m(tx, ty)[1])[0])
+    m.eval()
+    assert last < first
+
+
+def test_file_holds_a_valid_onnx_graph_and_the_usual_checkpoint(tmp_path):
+    net = _trained(opt.SGD(lr=0.1, momentum=0.5))
+    path = str(tmp_path / "m.h5")
+    saving.save(path, net)
+    # An ordinary checkpoint too: the class that wrote it can load it with load_states.
+    other = Net()
+    other.set_optimizer(opt.SGD(lr=0.1, momentum=0.5))
+    other.compile([tensor.Tensor((4, 2, 6, 6))], is_train=False)
+    aux = other.load_states(path)
+    assert set(aux) == {saving.MODEL_KEY}
+    graph = onnx.load_from_string(aux[saving.MODEL_KEY]["onnx"].tobytes())
+    onnx.checker.check_model(graph, full_check=True)
+    names = {i.name for i in graph.graph.initializer}
+    assert set(net.get_states()) <= names
+    loaded = saving.load(path)
+    assert sorted(loaded.get_params()) == sorted(net.get_params())
+    assert sorted(loaded.get_states()) == sorted(net.get_states())
+
+
+def test_errors(tmp_path):
+    net = _trained(opt.SGD(lr=0.1))
+    with pytest.raises(CheckpointError, match="reserved"):
+        saving.save(str(tmp_path / "a.h5"), net, aux_states={saving.MODEL_KEY: 1})
+    with pytest.raises(CheckpointError, match="compiled"):
+        saving.save(str(tmp_path / "b.h5"), Net())
+    states_only = str(tmp_path / "c.h5")
+    net.save_states(states_only)
+    with pytest.raises(CheckpointError, match="no model graph"):
+        saving.load(states_only)
+    autograd.training = False
