@@ -11,6 +11,8 @@ from typing import Any
 
 import numpy
 
+from singa_lite.backend.counter_rng import CounterRNG
+
 name = "cupy"
 xp: Any = None
 AVAILABLE = False
@@ -50,18 +52,17 @@ def from_numpy(a: numpy.ndarray, device_id: int = 0) -> Any:
 
 
 def new_rng(seed: int | None, device_id: int = 0) -> Any:
-    with xp.cuda.Device(device_id):
-        return xp.random.default_rng(seed)
+    # cuRAND states cannot be saved, so GPU devices use a counter-based generator whose state
+    # is two integers: checkpoints can then resume a GPU run exactly.
+    return CounterRNG(xp, seed)
 
 
 def rng_state(rng: Any) -> dict:
-    # CuPy's XORWOW generator keeps its state on the device; the checkpoint stores it as bytes.
-    state = rng.bit_generator.state
-    return {"cupy_state": xp.asnumpy(state).tobytes().hex()} if hasattr(state, "shape") else state
+    return rng.state
 
 
 def set_rng_state(rng: Any, state: dict) -> None:
-    rng.bit_generator.state = state
+    rng.state = state
 
 
 def synchronize(device_id: int = 0) -> None:
