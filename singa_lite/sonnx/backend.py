@@ -1,0 +1,350 @@
+"""ONNX import: ``prepare(model)`` -> ``SingaRep``, and ``SingaBackend`` for ``onnx.backend.test``.
+
+``prepare`` checks the model, resolves a handler for every node (see
+:mod:`singa_lite.sonnx.handlers`), turns initializers into tensors on the device and folds every
+node whose inputs are all constants (weight re-layouts, shape arithmetic on constants) once.
+``SingaRep.run`` then runs the remaining nodes eagerly, in graph order, on singa_lite ops.
+
+>>> import numpy as np
+>>> from onnx import helper, TensorProto
+>>> g = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g",
+...     [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+...     [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])])
+>>> rep = prepare(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]))
+>>> rep.run([np.array([-1.0, 2.0], np.float32)])[0].numpy().tolist()
+[0.0, 2.0]
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import onnx
+from onnx import ModelProto, numpy_helper
+from onnx.backend.base import Backend, BackendRep
+
+from singa_lite import autograd
+from singa_lite import device as _device
+from singa_lite.errors import OnnxError, SingaLiteError, UnsupportedOperatorError
+from singa_lite.sonnx.handlers import HANDLERS, MAX_OPSET
+from singa_lite.sonnx.handlers_base import Node, storage_dtype
+from singa_lite.tensor import Tensor, from_numpy
+
+_DEFAULT_DOMAINS = ("", "ai.onnx")
+
+
+def load_model(model: Any) -> ModelProto:
+    """``model`` (a ``ModelProto``, serialized bytes, or a file path) as a checked ``ModelProto``.
+
+    Damaged bytes, truncated files and models that fail ``onnx.checker`` raise ``OnnxError``.
+    """
+    if isinstance(model, ModelProto):
+        proto = model
+    else:
+        if isinstance(model, (str, os.PathLike)):
+            try:
+                with open(model, "rb") as f:
+                    model = f.read()
+            except OSError as e:
+                raise OnnxError(f"cannot read ONNX model {os.fspath(model)!r}: {e}") from e
+        if not isinstance(model, (bytes, bytearray, memoryview)):
+            raise TypeError(f"prepare: expected a ModelProto, bytes or a path, got {type(model).__name__}")
+        try:
+            proto = onnx.load_model_from_string(bytes(model))
+        except Exception as e:  # protobuf raises DecodeError, and others on odd bytes
+            raise OnnxError(f"not a valid ONNX model (damaged or truncated?): {e}") from e
+    try:
+        onnx.checker.check_model(proto)
+    except Exception as e:  # ValidationError, or protobuf errors on half-parsed messages
+        raise OnnxError(f"the ONNX model fails onnx.checker: {str(e).splitlines()[0]}") from e
+    return proto
+
+
+def model_opset(proto: ModelProto) -> int:
+    """The model's default-domain opset, checked against what singa_lite accepts."""
+    versions = [o.version for o in proto.opset_import if o.domain in _DEFAULT_DOMAINS]
+    if not versions:
+        raise OnnxError("the ONNX model imports no default-domain (ai.onnx) opset")
+    opset = versions[0]
+    if opset > MAX_OPSET:
+        raise OnnxError(f"opset {opset} is newer than {MAX_OPSET}, the newest the installed onnx defines")
+    return opset
+
+
+def _legacy_semantics(node: Node) -> str | None:
+    """What an old operator version asks that the handlers (written for opset 7 on) do not do."""
+    if node.attr("broadcast") and "axis" in node.attrs:
+        return "broadcasting with an axis attribute (before opset 7)"
+    if node.attr("spatial", 1) == 0:
+        return "per-activation batch normalisation (spatial=0)"
+    return None
+
+
+def _elem_dtype(value_info: Any) -> np.dtype | None:
+    code = value_info.type.tensor_type.elem_type
+    try:
+        return np.dtype(onnx.helper.tensor_dtype_to_np_dtype(code)) if code else None
+    except Exception:  # exotic element types (float8, int4, ...) have no NumPy equivalent
+        return None
+
+
+class Program:
+    """A checked ONNX graph, its constants folded, ready to run on singa_lite ops.
+
+    ``held`` names initializers that must stay variables (a ``SONNXModel``'s params and
+    states): they are neither turned into constants nor folded into their consumers.
+    """
+
+    def __init__(self, proto: ModelProto, device: Any = None, held: Iterable[str] = ()) -> None:
+        self.device = device if device is not None else _device.get_default_device()
+        self.opset = model_opset(proto)
+        graph = proto.graph
+        held = set(held)
+        self.initializers = {t.name: t for t in graph.initializer}
+        self.inputs = [v.name for v in graph.input if v.name not in self.initializers]
+        for v in graph.input:
+            if v.type.WhichOneof("value") not in (None, "tensor_type"):
+                raise OnnxError(
+                    f"graph input {v.name!r} is a {v.type.WhichOneof('value')}; "
+                    "singa_lite runs tensor graphs only"
+                )
+        self.outputs = [v.name for v in graph.output]
+        self.output_types = [_elem_dtype(v) for v in graph.output]
+        self.constants: dict[str, Tensor] = {
+            name: self.tensor(numpy_helper.to_array(t), name)
+            for name, t in self.initializers.items()
+            if name not in held
+        }
+        # Constant nodes are folded and not counted as layers (SINGA's last_layers rule).
+        self.nodes: list[Node] = []
+        self.handlers: list[Callable] = []
+        known = set(self.inputs) | set(self.initializers)
+        for proto_node in graph.node:
+            node = Node(proto_node, self.opset)
+            self._check(proto_node, node, known)
+            known.update(node.outputs)
+            if node.op == "Constant":
+                self.constants[node.outputs[0]] = self.tensor(HANDLERS["Constant"](node), node.outputs[0])
+                continue
+            self.nodes.append(node)
+            self.handlers.append(HANDLERS[node.op])
+        self.folded = [self._fold(node, fn) for node, fn in zip(self.nodes, self.handlers)]
+        self.last_use = self._last_uses()
+
+    def tensor(self, arr: Any, name: str) -> Tensor:
+        """A constant or input from the model (array or TensorProto) on this program's device;
+        narrow integer types are widened to int64 (see ``handlers_base.storage_dtype``)."""
+        if isinstance(arr, onnx.TensorProto):
+            arr = numpy_helper.to_array(arr)
+        arr = np.asarray(arr)
+        try:
+            dtype = storage_dtype(arr.dtype)
+        except SingaLiteError:
+            raise OnnxError(
+                f"tensor {name!r} has element type {arr.dtype}, which singa_lite does not support"
+            ) from None
+        return from_numpy(arr.astype(dtype, copy=False), self.device)
+
+    def _check(self, proto_node: Any, node: Node, known: set) -> None:
+        if proto_node.domain not in _DEFAULT_DOMAINS or node.op not in HANDLERS:
+            domain = proto_node.domain or "ai.onnx"
+            raise UnsupportedOperatorError(
+                f"ONNX operator {domain}::{node.op} (opset {self.opset}) of node {node.name!r} "
+                "has no singa_lite handler; see docs/onnx.md for the supported operators"
+            )
+        legacy = _legacy_semantics(node)
+        if legacy:
+            raise UnsupportedOperatorError(
+                f"ONNX operator {node.op} (opset {self.opset}) of node {node.name!r}: {legacy} is not "
+                "supported; convert the model to a newer opset with onnx.version_converter"
+            )
+        missing = [i for i in node.inputs if i and i not in known]
+        if missing:
+            raise OnnxError(f"{node}: inputs {missing} are produced by no earlier node, input or initializer")
+
+    def _fold(self, node: Node, fn: Callable) -> bool:
+        """Run ``node`` now if every input is a constant; its outputs become constants."""
+        if node.op == "Dropout" or not all(i == "" or i in self.constants for i in node.inputs):
+            return False
+        # An RNG-free node of constants gives the same result at every run: compute it once.
+        with autograd.no_grad():
+            outs = self._call(node, fn, [self.constants.get(i) if i else None for i in node.inputs])
+        for name, t in zip(node.outputs, outs):
+            if name:
+                self.constants[name] = t
+        return True
+
+    def _last_uses(self) -> dict[str, int]:
+        last = {}
+        for k, node in enumerate(self.nodes):
+            for name in node.inputs:
+                last[name] = k
+        return last
+
+    @staticmethod
+    def _call(node: Node, fn: Callable, args: list) -> list[Tensor]:
+        try:
+            out = fn(node, *args)
+        except SingaLiteError as e:  # keep the type (ShapeError, DTypeError...), name the node
+            raise type(e)(f"{e} (while running ONNX {node})") from e
+        except Exception as e:  # a raw NumPy/Python error: name the node instead of crashing
+            raise OnnxError(f"{node}: {type(e).__name__}: {e}") from e
+        return list(out) if isinstance(out, (tuple, list)) else [out]
+
+    def run(
+        self,
+        feeds: Mapping[str, Tensor],
+        variables: Mapping[str, Tensor] | None = None,
+        last_layers: int = -1,
+        aux_output: Sequence[str] = (),
+    ) -> list[Tensor]:
+        """Run the graph on ``feeds`` (graph inputs by name) and ``variables`` (held initializers).
+
+        ``last_layers=-1`` runs every node and returns the graph outputs; ``-k`` drops the last
+        ``k - 1`` nodes and returns the outputs of the last node kept. ``aux_output`` names
+        intermediate tensors to return as well.
+        """
+        n = len(self.nodes)
+        if not isinstance(last_layers, int) or not -max(n, 1) <= last_layers <= -1:
+            raise ValueError(f"last_layers must be an int in [-{n}, -1], got {last_layers!r}")
+        stop = n + last_layers + 1
+        env: dict[str, Tensor] = dict(self.constants)
+        env.update(variables or {})
+        env.update(feeds)
+        keep = set(self.outputs) | set(aux_output)
+        if stop < n:
+            keep.update(self.nodes[stop - 1].outputs)
+        for k in range(stop):
+            if self.folded[k]:
+                continue
+            node = self.nodes[k]
+            outs = self._call(node, self.handlers[k], [env[i] if i else None for i in node.inputs])
+            for name, t in zip(node.outputs, outs):
+                if name:
+                    env[name] = t
+            for name in node.inputs:  # free intermediates as soon as their last reader has run
+                if self.last_use.get(name) == k and name not in keep and name not in self.constants:
+                    env.pop(name, None)
+        names = self.outputs if stop == n else [o for o in self.nodes[stop - 1].outputs if o]
+        missing = [a for a in aux_output if a not in env]
+        if missing:
+            raise OnnxError(f"aux_output {missing} are not tensors computed before the cut")
+        return [env[name] for name in [*names, *aux_output]]
+
+    def feeds(self, inputs: Any) -> dict[str, Tensor]:
+        """Graph inputs by name from a list (in graph order), a dict, or one array/tensor."""
+        if isinstance(inputs, Mapping):
+            items = dict(inputs)
+            unknown = set(items) - set(self.inputs)
+            if unknown:
+                raise OnnxError(f"unknown inputs {sorted(unknown)}; the graph's inputs are {self.inputs}")
+        else:
+            if isinstance(inputs, (Tensor, np.ndarray)):
+                inputs = [inputs]
+            inputs = list(inputs)
+            if len(inputs) > len(self.inputs):
+                raise OnnxError(
+                    f"{len(inputs)} inputs given for the graph's {len(self.inputs)}: {self.inputs}"
+                )
+            items = dict(zip(self.inputs, inputs))
+        absent = [name for name in self.inputs if name not in items]
+        if absent:
+            raise OnnxError(f"missing graph inputs {absent}")
+        return {name: self._as_tensor(v, name) for name, v in items.items()}
+
+    def _as_tensor(self, v: Any, name: str) -> Tensor:
+        if isinstance(v, Tensor):
+            return v if v.device == self.device else v.clone().to_device(self.device)
+        return self.tensor(v, name)
+
+
+class SingaRep(BackendRep):
+    """A prepared ONNX model: ``run(inputs, last_layers=-1, aux_output=())`` -> list of Tensors."""
+
+    def __init__(self, program: Program) -> None:
+        self.program = program
+
+    @property
+    def inputs(self) -> list[str]:
+        return list(self.program.inputs)
+
+    @property
+    def outputs(self) -> list[str]:
+        return list(self.program.outputs)
+
+    # Returns Tensors, as SINGA's SingaRep does; SingaBackend's rep answers with NumPy arrays.
+    def run(  # type: ignore[override]
+        self, inputs: Any, last_layers: int = -1, aux_output: Sequence[str] = (), **kwargs: Any
+    ) -> list[Tensor]:
+        """Run the model in inference behaviour (nothing recorded; BatchNorm uses running stats).
+
+        ``inputs``: arrays or Tensors in the order of the graph's inputs, or a dict by name.
+        """
+        feeds = self.program.feeds(inputs)
+        old = autograd.training
+        autograd.training = False
+        try:
+            with autograd.no_grad():
+                return self.program.run(feeds, None, last_layers, aux_output)
+        finally:
+            autograd.training = old
+
+
+class SingaBackend(Backend):
+    """``onnx.backend.base.Backend`` over singa_lite, for ``onnx.backend.test.BackendTest``."""
+
+    @classmethod
+    def prepare(cls, model: Any, device: str = "CPU", **kwargs: Any) -> _NumpyRep:  # type: ignore[override]
+        return _NumpyRep(prepare(model, _device_for(device)))
+
+    @classmethod
+    def run_model(cls, model: Any, inputs: Any, device: str = "CPU", **kwargs: Any) -> tuple:  # type: ignore[override]
+        return cls.prepare(model, device).run(inputs)
+
+    @classmethod
+    def supports_device(cls, device: str) -> bool:
+        if device.upper().startswith("CPU"):
+            return True
+        try:
+            _device.create_cuda_gpu()
+        except SingaLiteError:
+            return False
+        return True
+
+
+class _NumpyRep(BackendRep):
+    """A ``SingaRep`` answering with NumPy arrays, as ``onnx.backend.test`` compares them."""
+
+    def __init__(self, rep: SingaRep) -> None:
+        self.rep = rep
+
+    def run(self, inputs: Any, **kwargs: Any) -> tuple:
+        outs = [t.numpy() for t in self.rep.run(inputs)]
+        return tuple(_declared_type(o, v) for o, v in zip(outs, self.rep.program.output_types))
+
+
+def _declared_type(arr: np.ndarray, declared: np.dtype | None) -> np.ndarray:
+    """An int64 output cast back to the narrow integer type the graph declares for it."""
+    if declared is not None and arr.dtype == np.int64 and declared.kind in "iu" and declared != arr.dtype:
+        return arr.astype(declared)
+    return arr
+
+
+def _device_for(name: str) -> Any:
+    return _device.create_cuda_gpu() if name.upper().startswith("CUDA") else _device.create_cpu_device()
+
+
+def prepare(onnx_model: Any, device: Any = None, **kwargs: Any) -> SingaRep:
+    """Check and compile ``onnx_model`` (ModelProto, bytes or path) for ``device``.
+
+    Raises ``UnsupportedOperatorError`` for an operator without a handler and ``OnnxError`` for
+    a malformed model.
+    """
+    return SingaRep(Program(load_model(onnx_model), device))
+
+
+run_model = SingaBackend.run_model
+supports_device = SingaBackend.supports_device

@@ -1,0 +1,49 @@
+"""The handler table: ONNX operator name -> handler function (tinygrad's ``onnx.py`` layout).
+
+Every handler is named exactly after its operator and lives in the module of its family:
+:mod:`~singa_lite.sonnx.handlers_math` (arithmetic, activations, reductions),
+:mod:`~singa_lite.sonnx.handlers_shape` (constants, shapes, indexing) and
+:mod:`~singa_lite.sonnx.handlers_nn` (convolution, pooling, normalisation, resizing, RNNs).
+A handler receives a :class:`~singa_lite.sonnx.handlers_base.Node` (attributes and the model's
+opset) and the node's input tensors, and branches on ``node.opset`` where the operator changed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import onnx
+
+from singa_lite.sonnx import handlers_math, handlers_nn, handlers_shape
+
+FAMILIES = (handlers_math, handlers_shape, handlers_nn)
+
+HANDLERS: dict[str, Callable] = {name: getattr(m, name) for m in FAMILIES for name in m.__all__}
+"""ONNX operator (default domain) -> handler."""
+
+MAX_OPSET = onnx.defs.onnx_opset_version()
+"""The newest opset the installed ``onnx`` defines; newer models are refused."""
+
+_DESIGN_TEXT = """Abs Acos Acosh Add And Asin Asinh Atan Atanh AveragePool BatchNormalization Cast Ceil
+    Clip Concat Constant ConstantOfShape Conv Cos Cosh DepthToSpace Div Dropout Elu Equal Erf Expand
+    Flatten Floor Gather Gemm GlobalAveragePool Greater HardSigmoid Identity LeakyRelu Less Log
+    MatMul Max MaxPool Mean Min Mul Neg NonZero Not OneHot Or PRelu Pad Pow Reciprocal ReduceMean
+    ReduceSum Relu Reshape ScatterElements Selu Shape Sigmoid Sign Sin Sinh Slice Softmax
+    Softplus Softsign SpaceToDepth Split Sqrt Squeeze Sub Sum Tan Tanh Tile Transpose Unsqueeze
+    Upsample Where Xor Exp ConvTranspose Resize LayerNormalization ArgMax ReduceMax GlobalMaxPool
+    LRN Gelu LSTM GRU"""
+DESIGN_OPS = tuple(_DESIGN_TEXT.split())
+"""The operators DESIGN §5 requires (SINGA's list plus what real models need)."""
+
+
+def schema_versions(op: str) -> list[int]:
+    """The opsets at which ``op``'s definition changed, as the installed ``onnx`` knows them."""
+    versions = []
+    for v in range(1, MAX_OPSET + 1):
+        try:
+            since = onnx.defs.get_schema(op, v).since_version
+        except onnx.defs.SchemaError:
+            continue
+        if since not in versions:
+            versions.append(since)
+    return versions

@@ -1,0 +1,176 @@
+"""What every ONNX handler receives: the node's attributes, its opset, and small readers.
+
+A handler is a function named exactly after the ONNX operator. It takes a :class:`Node` and the
+node's inputs as ``Tensor`` objects (``None`` for an omitted optional input) and returns one
+``Tensor`` or a tuple of them, one per node output. Inputs that ONNX passes as tensors but that
+are really arguments (shapes, axes, pads, scales) are read into Python values with
+:meth:`Node.ints` / :meth:`Node.floats`; since the graph runs eagerly, this works equally for
+constants folded at prepare time and for shapes computed at run time (``Shape -> Gather ->
+Concat -> Reshape``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+from onnx import AttributeProto, NodeProto, numpy_helper
+
+from singa_lite.errors import OnnxError
+from singa_lite.tensor import Tensor, as_dtype
+
+
+class Node:
+    """One ONNX node as a handler sees it: ``op``, ``name``, ``opset``, attributes, outputs.
+
+    ``opset`` is the model's version of the default (``ai.onnx``) domain; handlers branch on it
+    where an operator changed (attributes that became inputs, new defaults).
+    """
+
+    def __init__(self, proto: NodeProto, opset: int) -> None:
+        self.op = proto.op_type
+        self.name = proto.name or (proto.output[0] if proto.output else "?")
+        self.opset = opset
+        self.inputs = list(proto.input)
+        self.outputs = list(proto.output)
+        self.attrs = {a.name: _attribute(a, self) for a in proto.attribute}
+
+    def __repr__(self) -> str:
+        return f"{self.op} node {self.name!r} (opset {self.opset})"
+
+    @property
+    def n_outputs(self) -> int:
+        """How many outputs the graph asks of this node (optional trailing ones may be omitted)."""
+        return len(self.outputs)
+
+    def attr(self, name: str, default: Any = None) -> Any:
+        """The attribute ``name``, or ``default`` where the node does not set it."""
+        return self.attrs.get(name, default)
+
+    def fail(self, message: str) -> OnnxError:
+        """An ``OnnxError`` that names this node, for settings no singa_lite op supports."""
+        return OnnxError(f"{self}: {message}")
+
+    # -- reading tensor arguments into Python values -------------------------------------
+    @staticmethod
+    def array(t: Tensor | None) -> np.ndarray | None:
+        """A host copy of ``t`` (``None`` stays ``None``)."""
+        return None if t is None else np.asarray(t)
+
+    @staticmethod
+    def ints(t: Tensor) -> list[int]:
+        """The values of an integer tensor argument (a shape, axes, pads) as a list."""
+        return [int(v) for v in np.asarray(t).reshape(-1)]
+
+    def opt_ints(self, t: Tensor | None) -> list[int] | None:
+        """``ints`` of an optional input; ``None`` where it is omitted."""
+        return None if t is None else self.ints(t)
+
+    def opt_floats(self, t: Tensor | None) -> list[float] | None:
+        return None if t is None else [float(v) for v in np.asarray(t).reshape(-1)]
+
+    def scalar(self, t: Tensor | None, default: Any = None) -> Any:
+        """A one-element tensor argument as a Python number."""
+        if t is None or t.size() == 0:
+            return default
+        return np.asarray(t).reshape(-1)[0].item()
+
+    def arg(self, attr: str, input_value: Tensor | None, since: int) -> Any:
+        """An argument that was the attribute ``attr`` before opset ``since`` and an input after.
+
+        Many operators moved arguments to inputs (Split, Squeeze, Unsqueeze, ReduceSum at 13;
+        Pad at 11; Reduce* at 18): this reads whichever form the node's opset uses.
+        """
+        if self.opset < since:
+            return self.attr(attr)
+        return self.opt_ints(input_value)
+
+
+def _attribute(a: AttributeProto, node: Node) -> Any:
+    """An attribute as a Python value: ints, floats, str, lists, or a NumPy array for tensors."""
+    kind = a.type
+    if kind == AttributeProto.FLOAT:
+        return float(a.f)
+    if kind == AttributeProto.INT:
+        return int(a.i)
+    if kind == AttributeProto.STRING:
+        return a.s.decode("utf-8", errors="replace")
+    if kind == AttributeProto.TENSOR:
+        return numpy_helper.to_array(a.t)
+    if kind == AttributeProto.FLOATS:
+        return [float(v) for v in a.floats]
+    if kind == AttributeProto.INTS:
+        return [int(v) for v in a.ints]
+    if kind == AttributeProto.STRINGS:
+        return [s.decode("utf-8", errors="replace") for s in a.strings]
+    # Sub-graphs (If, Loop, Scan) and sparse tensors belong to operators singa_lite has no
+    # handler for; keep the raw proto so a handler that meets one can say so.
+    return a
+
+
+# Integer types singa_lite tensors lack are held as int64 (exact for every value of int8..int32,
+# uint8..uint32); SingaBackend casts graph outputs back to their declared ONNX types.
+_WIDENED = tuple(np.dtype(t) for t in (np.int8, np.int16, np.uint8, np.uint16, np.uint32, np.uint64))
+
+
+def storage_dtype(dtype: Any) -> np.dtype:
+    """The singa_lite dtype that holds ONNX values of ``dtype`` (``DTypeError`` if none can)."""
+    d = np.dtype(dtype)
+    return np.dtype(np.int64) if d in _WIDENED else as_dtype(d)
+
+
+def wrap(arr: Any, like: Tensor) -> Tensor:
+    """A new tensor holding ``arr`` on ``like``'s device, not recorded (for integer and bool
+    results, which carry no gradient)."""
+    arr = like.device.xp.asarray(arr)
+    as_dtype(arr.dtype)
+    return Tensor._wrap(arr, like.device, False, None, 0)
+
+
+def const(value: Any, like: Tensor, dtype: Any = None) -> Tensor:
+    """A constant tensor on ``like``'s device (``like``'s dtype unless ``dtype`` is given)."""
+    xp = like.device.xp
+    return Tensor._wrap(xp.asarray(value, dtype=dtype or like.dtype), like.device, False, None, 0)
+
+
+def onnx_pads_to_pairs(pads: Sequence[int]) -> list[tuple[int, int]]:
+    """ONNX ``[b1, b2, ..., e1, e2, ...]`` as ``[(b1, e1), (b2, e2), ...]``."""
+    n = len(pads) // 2
+    return [(int(pads[i]), int(pads[i + n])) for i in range(n)]
+
+
+def same_pads(
+    in_sizes: Sequence[int],
+    kernel: Sequence[int],
+    strides: Sequence[int],
+    dilations: Sequence[int],
+    mode: str,
+) -> list[int]:
+    """ONNX ``auto_pad`` SAME_UPPER / SAME_LOWER padding as ONNX ``pads`` for any number of axes.
+
+    The output length is ``ceil(in / stride)``; an odd total puts the extra cell at the end
+    (SAME_UPPER) or at the beginning (SAME_LOWER).
+    """
+    begins, ends = [], []
+    for n, k, s, d in zip(in_sizes, kernel, strides, dilations):
+        total = max((-(-n // s) - 1) * s + d * (k - 1) + 1 - n, 0)
+        small, big = total // 2, total - total // 2
+        begins.append(small if mode == "SAME_UPPER" else big)
+        ends.append(big if mode == "SAME_UPPER" else small)
+    return begins + ends
+
+
+def window_pads(
+    node: Node, x: Tensor, kernel: Sequence[int], strides: Sequence[int], dilations: Sequence[int]
+) -> list[int]:
+    """The explicit ONNX ``pads`` of a Conv/pool node, resolving ``auto_pad``."""
+    n = len(kernel)
+    auto = node.attr("auto_pad", "NOTSET")
+    if auto in ("SAME_UPPER", "SAME_LOWER"):
+        return same_pads(x.shape[2:], kernel, strides, dilations, auto)
+    if auto == "VALID":
+        return [0] * (2 * n)
+    if auto != "NOTSET":
+        raise node.fail(f"unknown auto_pad {auto!r}")
+    return list(node.attr("pads", [0] * (2 * n)))

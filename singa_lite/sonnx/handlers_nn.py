@@ -1,0 +1,413 @@
+"""ONNX handlers for neural-network layers: convolution, pooling, normalisation, resizing, RNNs.
+
+Layouts are mapped onto singa_lite's ops here: ONNX ``pads`` ``[begins..., ends...]`` become
+per-axis pairs; ONNX recurrent weights ``W[dir, gates*H, I]`` (LSTM gates i, o, f, c) become the
+``x @ W`` matrices ``(I, gates*H)`` in singa_lite's gate order (i, f, o, g). The re-layout is
+done with differentiable ops so that a trained ``SONNXModel`` updates the ONNX-shaped weights.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from singa_lite import ops
+from singa_lite.ops import unary
+from singa_lite.sonnx.handlers_base import Node, onnx_pads_to_pairs, window_pads, wrap
+from singa_lite.tensor import Tensor
+
+# ruff: noqa: N802  (handlers and ONNX input names follow the ONNX spelling)
+
+__all__ = [
+    "GRU",
+    "LRN",
+    "LSTM",
+    "RNN",
+    "AveragePool",
+    "BatchNormalization",
+    "Conv",
+    "ConvTranspose",
+    "GlobalAveragePool",
+    "GlobalMaxPool",
+    "InstanceNormalization",
+    "LayerNormalization",
+    "MaxPool",
+    "Resize",
+    "Upsample",
+]  # fmt: skip
+
+
+def _geometry(n: Node, x: Tensor, kernel: Sequence[int]) -> tuple[list[int], list[int], list[int]]:
+    """``strides``, ``dilations`` and explicit ONNX ``pads`` of a windowed node."""
+    k = len(kernel)
+    strides = list(n.attr("strides", [1] * k))
+    dilations = list(n.attr("dilations", [1] * k))
+    return strides, dilations, window_pads(n, x, kernel, strides, dilations)
+
+
+# -- convolution ---------------------------------------------------------------------------------
+def Conv(n: Node, x: Tensor, W: Tensor, B: Tensor | None = None) -> Tensor:
+    """1-D or 2-D convolution with ``group``, ``dilations``, ``strides``, ``pads``/``auto_pad``."""
+    kernel = list(n.attr("kernel_shape", W.shape[2:]))
+    strides, dilations, pads = _geometry(n, x, kernel)
+    group = n.attr("group", 1)
+    if len(kernel) == 1:
+        return ops.conv1d(x, W, B, strides[0], (pads[0], pads[1]), dilations[0], group)
+    if len(kernel) != 2:
+        raise n.fail(f"only 1-D and 2-D convolutions are supported, got kernel {kernel}")
+    (t, b), (left, r) = onnx_pads_to_pairs(pads)
+    return ops.conv2d(x, W, B, tuple(strides), (t, b, left, r), tuple(dilations), group)
+
+
+def ConvTranspose(n: Node, x: Tensor, W: Tensor, B: Tensor | None = None) -> Tensor:
+    """Transposed convolution (1-D or 2-D), with ``output_shape``/``output_padding``/``auto_pad``."""
+    one_d = x.ndim() == 3
+    if one_d:
+        x, W = ops.unsqueeze(x, 2), ops.unsqueeze(W, 2)
+    if x.ndim() != 4:
+        raise n.fail(f"only 1-D and 2-D transposed convolutions are supported, got input {x.shape}")
+    k = list(W.shape[2:])
+    nk = len(k) - one_d  # spatial axes the node describes
+
+    def lift(v: Sequence[int], fill: int) -> list[int]:
+        return [fill, *v] if one_d else list(v)
+
+    strides = lift(n.attr("strides", [1] * nk), 1)
+    dilations = lift(n.attr("dilations", [1] * nk), 1)
+    out_pad = lift(n.attr("output_padding", [0] * nk), 0)
+    full = [(i - 1) * s + d * (kk - 1) + 1 for i, s, d, kk in zip(x.shape[2:], strides, dilations, k)]
+    auto = n.attr("auto_pad", "NOTSET")
+    target = n.attr("output_shape")
+    if target is not None or auto in ("SAME_UPPER", "SAME_LOWER"):
+        # ONNX: total padding = full + output_padding - output_shape, split by auto_pad.
+        target = (
+            [i * s for i, s in zip(x.shape[2:], strides)] if target is None else lift(list(target)[-nk:], 1)
+        )
+        total = [f + op - t for f, op, t in zip(full, out_pad, target)]
+        upper = auto == "SAME_UPPER"
+        begins = [t // 2 if upper else t - t // 2 for t in total]
+        pads = begins + [t - b for t, b in zip(total, begins)]
+    elif auto == "VALID":
+        pads = [0] * 4
+    else:
+        given = n.attr("pads", [0] * 2 * nk)
+        pads = lift(given[:nk], 0) + lift(given[nk:], 0)
+    group = n.attr("group", 1)
+    (t, b), (left, r) = onnx_pads_to_pairs(pads)
+    fits = min(pads) >= 0 and all(op < max(s, d) for op, s, d in zip(out_pad, strides, dilations))
+    if fits:
+        y = ops.conv_transpose2d(
+            x, W, B, tuple(strides), (t, b, left, r), tuple(out_pad), tuple(dilations), group
+        )
+    else:
+        # Negative pads (an output_shape larger than the natural one) or a wide output_padding:
+        # take the full result and crop or zero-extend it, then add the bias everywhere.
+        y = ops.conv_transpose2d(x, W, None, tuple(strides), 0, 0, tuple(dilations), group)
+        ends = [op - e for op, e in zip(out_pad, pads[2:])]
+        y = ops.pad(y, "constant", [0, 0, -pads[0], -pads[1], 0, 0, *ends])
+        if B is not None:
+            y = ops.add(y, ops.reshape(B, (1, -1, 1, 1)))
+    return ops.squeeze(y, 2) if one_d else y
+
+
+# -- pooling -------------------------------------------------------------------------------------
+def _pool_args(n: Node, x: Tensor) -> tuple:
+    kernel = list(n.attr("kernel_shape"))
+    strides, dilations, pads = _geometry(n, x, kernel)
+    # singa_lite's pools take per-axis (begin, end) pairs, interleaved.
+    pairs = [p for pair in onnx_pads_to_pairs(pads) for p in pair]
+    return kernel, strides, pairs, dilations, bool(n.attr("ceil_mode", 0))
+
+
+def MaxPool(n: Node, x: Tensor) -> Tensor | tuple[Tensor, Tensor]:
+    """Max pooling over every spatial axis, with dilations, ceil_mode and auto_pad; the optional
+    Indices output (flat positions in the input, row- or column-major) for 2-D pools."""
+    kernel, strides, pairs, dilations, ceil_mode = _pool_args(n, x)
+    y = ops.max_pool(x, kernel, strides, pairs, dilations, ceil_mode)
+    if n.n_outputs < 2 or not n.outputs[1]:
+        return y
+    if len(kernel) != 2 or ceil_mode or max(dilations) > 1:
+        raise n.fail("the Indices output is supported for 2-D pools without dilation or ceil_mode")
+    return y, _argmax_indices(n, x, y, kernel, strides, pairs)
+
+
+def _argmax_indices(n: Node, x: Tensor, y: Tensor, kernel: list, strides: list, pairs: list) -> Tensor:
+    """ONNX MaxPool's Indices: for each window, the flat input index of its (first) maximum."""
+    xp = x.device.xp
+    N, C, H, W = x.shape
+    t, left = pairs[0], pairs[2]
+    oh, ow = y.shape[2:]
+    rows = (xp.arange(oh) * strides[0] - t)[:, None] + xp.arange(kernel[0])  # (oh, kh)
+    cols = (xp.arange(ow) * strides[1] - left)[:, None] + xp.arange(kernel[1])  # (ow, kw)
+    r = rows[:, None, :, None]
+    c = cols[None, :, None, :]  # windows as (oh, ow, kh, kw)
+    inside = (r >= 0) & (r < H) & (c >= 0) & (c < W)
+    vals = x.data[:, :, r.clip(0, H - 1), c.clip(0, W - 1)]
+    vals = xp.where(inside, vals, -xp.inf).reshape(N, C, oh, ow, -1)
+    best = vals.argmax(axis=-1)
+    br, bc = (
+        best // kernel[1] + rows[:, :1].reshape(1, 1, oh, 1),
+        best % kernel[1] + cols[:, :1].reshape(1, 1, 1, ow),
+    )
+    flat = br * W + bc if n.attr("storage_order", 0) == 0 else bc * H + br
+    base = xp.arange(N * C).reshape(N, C, 1, 1) * (H * W)
+    return wrap((flat + base).astype(np.int64), x)
+
+
+def AveragePool(n: Node, x: Tensor) -> Tensor:
+    """Average pooling; ``count_include_pad`` defaults to 0 as in ONNX."""
+    kernel, strides, pairs, dilations, ceil_mode = _pool_args(n, x)
+    return ops.avg_pool(x, kernel, strides, pairs, ceil_mode, bool(n.attr("count_include_pad", 0)), dilations)
+
+
+def GlobalAveragePool(n: Node, x: Tensor) -> Tensor:
+    return ops.global_average_pool(x)
+
+
+def GlobalMaxPool(n: Node, x: Tensor) -> Tensor:
+    return ops.global_max_pool(x)
+
+
+# -- normalisation -------------------------------------------------------------------------------
+def BatchNormalization(
+    n: Node, x: Tensor, scale: Tensor, bias: Tensor, mean: Tensor, var: Tensor
+) -> Tensor | tuple[Tensor, ...]:
+    """Batch normalisation. With ``training_mode=1`` (opset 14+) the batch statistics normalise
+    and the updated running statistics are returned as outputs 2 and 3, as ONNX defines them
+    (biased batch variance); otherwise the running statistics normalise, except while a
+    ``SONNXModel`` trains, where singa_lite's batch norm updates them in place."""
+    eps, momentum = n.attr("epsilon", 1e-5), n.attr("momentum", 0.9)
+    if n.attr("training_mode", 0) or (n.opset < 14 and n.n_outputs > 1):
+        axes = [0, *range(2, x.ndim())]
+        shape = (1, -1) + (1,) * (x.ndim() - 2)
+        mu = ops.reduce_mean(x, axes)
+        centred = ops.sub(x, ops.reshape(mu, shape))
+        sigma2 = ops.reduce_mean(unary.square(centred), axes)
+        inv = unary.reciprocal(unary.sqrt(ops.add(sigma2, _scalar(eps, x))))
+        y = ops.add(ops.mul(centred, ops.reshape(ops.mul(inv, scale), shape)), ops.reshape(bias, shape))
+        m = _scalar(momentum, x)
+        keep = _scalar(1 - momentum, x)
+        new_mean = ops.add(ops.mul(mean, m), ops.mul(mu, keep))
+        new_var = ops.add(ops.mul(var, m), ops.mul(sigma2, keep))
+        return (y, new_mean, new_var)[: n.n_outputs]
+    return ops.batchnorm_2d(x, scale, bias, mean, var, momentum, eps)
+
+
+def _scalar(v: float, like: Tensor) -> Tensor:
+    return wrap(np.asarray(v, dtype=like.dtype), like)
+
+
+def LayerNormalization(
+    n: Node, x: Tensor, scale: Tensor, bias: Tensor | None = None
+) -> Tensor | tuple[Tensor, ...]:
+    """Normalise over axes ``[axis, ndim)``; optional outputs Mean and InvStdDev keep the
+    reduced axes with size 1."""
+    axis, eps = n.attr("axis", -1), n.attr("epsilon", 1e-5)
+    y = ops.layer_norm(x, scale, bias, axis, eps)
+    if n.n_outputs == 1:
+        return y
+    # The statistics, in the stash type (float32 by default), as ONNX's function body defines.
+    xp = x.device.xp
+    a = axis % x.ndim()
+    xs = x.data.astype(np.float32) if n.attr("stash_type", 1) == 1 else x.data
+    axes = tuple(range(a, x.ndim()))
+    mu = xs.mean(axis=axes, keepdims=True)
+    inv = 1 / xp.sqrt(((xs - mu) ** 2).mean(axis=axes, keepdims=True) + eps)
+    return (y, wrap(mu.astype(xs.dtype), x), wrap(inv.astype(xs.dtype), x))[: n.n_outputs]
+
+
+def InstanceNormalization(n: Node, x: Tensor, scale: Tensor, bias: Tensor) -> Tensor:
+    return ops.instance_norm(x, scale, bias, n.attr("epsilon", 1e-5))
+
+
+def LRN(n: Node, x: Tensor) -> Tensor:
+    return ops.lrn(x, n.attr("size"), n.attr("alpha", 1e-4), n.attr("beta", 0.75), n.attr("bias", 1.0))
+
+
+# -- resizing ------------------------------------------------------------------------------------
+def Resize(
+    n: Node,
+    x: Tensor,
+    roi: Tensor | None = None,
+    scales: Tensor | None = None,
+    sizes: Tensor | None = None,
+) -> Tensor:
+    """ONNX Resize (opset 10: ``X, scales``; 11+: ``X, roi, scales, sizes``; 18+: ``axes``,
+    ``keep_aspect_ratio_policy``)."""
+    if n.opset < 11:  # opset 10 had inputs (X, scales) and asymmetric coordinates
+        scales, roi = roi, None
+    ctm = n.attr("coordinate_transformation_mode", "half_pixel" if n.opset >= 11 else "asymmetric")
+    if ctm == "tf_crop_and_resize":
+        raise n.fail("coordinate_transformation_mode 'tf_crop_and_resize' is not supported")
+    if n.attr("antialias", 0):
+        raise n.fail("antialias=1 is not supported")
+    scale_vals = n.opt_floats(scales) or None
+    size_vals = n.opt_ints(sizes) or None
+    rank = x.ndim()
+    axes = [a % rank for a in n.attr("axes", range(rank))]
+    if size_vals is not None:
+        size_vals = _aspect_sizes(n, x, axes, size_vals)
+        full = list(x.shape)
+        for a, s in zip(axes, size_vals):
+            full[a] = s
+        size_vals = full
+    elif scale_vals is not None:
+        full_scales = [1.0] * rank
+        for a, f in zip(axes, scale_vals):
+            full_scales[a] = f
+        scale_vals = full_scales
+    mode = n.attr("mode", "nearest")
+    nearest = n.attr("nearest_mode", "round_prefer_floor" if n.opset >= 11 else "floor")
+    return ops.resize(
+        x,
+        scale_vals,
+        size_vals,
+        mode,
+        ctm,
+        nearest,
+        n.attr("cubic_coeff_a", -0.75),
+        n.attr("exclude_outside", 0),
+    )
+
+
+def _aspect_sizes(n: Node, x: Tensor, axes: list[int], sizes: list[int]) -> list[int]:
+    """``sizes`` after ``keep_aspect_ratio_policy`` (opset 18): one scale for every axis."""
+    policy = n.attr("keep_aspect_ratio_policy", "stretch")
+    if policy == "stretch":
+        return sizes
+    ratios = [s / x.shape[a] for a, s in zip(axes, sizes)]
+    scale = min(ratios) if policy == "not_larger" else max(ratios)
+    return [round(scale * x.shape[a]) for a in axes]
+
+
+def Upsample(n: Node, x: Tensor, scales: Tensor | None = None) -> Tensor:
+    """Deprecated ONNX Upsample (opsets 7-9): scales as attribute (7-8) or input (9)."""
+    vals = n.opt_floats(scales) or n.attr("scales")  # an input since opset 9, an attribute before
+    return ops.upsample(x, vals, n.attr("mode", "nearest"))
+
+
+# -- recurrent layers ----------------------------------------------------------------------------
+# Positions of ONNX's gate blocks in singa_lite's order: LSTM ONNX (i, o, f, c) -> (i, f, o, g);
+# GRU (z, r, h) and RNN already agree.
+_GATE_ORDER = {"LSTM": [0, 2, 1, 3], "GRU": [0, 1, 2], "RNN": [0]}
+
+
+def _recurrent(
+    n: Node, x: Tensor, W: Tensor, R: Tensor, B: Tensor | None, seq_lens: Tensor | None, states: list
+) -> tuple:
+    """Shared by LSTM, GRU and RNN: run each direction with singa_lite's sequence op and stack
+    the results into ONNX's ``Y (T, dirs, N, H)`` and ``Y_h (dirs, N, H)`` (and ``Y_c``)."""
+    H = n.attr("hidden_size", R.shape[-1])
+    direction = n.attr("direction", "forward")
+    dirs = 2 if direction == "bidirectional" else 1
+    if n.attr("clip") is not None or n.attr("input_forget", 0):
+        raise n.fail("clip and input_forget are not supported")
+    if n.attr("activations") is not None and not _default_activations(n, dirs):
+        raise n.fail(f"activations {n.attr('activations')} are not supported")
+    batch_first = n.attr("layout", 0) == 1
+    if batch_first:
+        x = ops.transpose(x, (1, 0, 2))
+        states = [None if s is None else ops.transpose(s, (1, 0, 2)) for s in states]
+    T, N, _ = x.shape
+    if seq_lens is not None and any(v != T for v in n.ints(seq_lens)):
+        raise n.fail("sequence_lens shorter than the sequence are not supported")
+    order = _GATE_ORDER[n.op]
+    k = len(order)
+    ys, finals = [], []
+    for d in range(dirs):
+        Wx = _gate_matrix(W, d, order, H)
+        Wh = _gate_matrix(R, d, order, H)
+        if B is None:
+            zero = wrap(x.device.xp.zeros(k * H, dtype=x.dtype), x)
+            Bx = Bh = zero
+        else:
+            Bd = ops.getitem(B, d)
+            Bx = _gate_vector(ops.slice(Bd, [0], [k * H]), order, H)
+            Bh = _gate_vector(ops.slice(Bd, [k * H], [2 * k * H]), order, H)
+        init = [
+            wrap(x.device.xp.zeros((N, H), dtype=x.dtype), x) if s is None else ops.getitem(s, d)
+            for s in states
+        ]
+        reverse = direction == "reverse" or d == 1
+        if n.op == "LSTM":
+            y, *last = ops.lstm(x, init[0], init[1], Wx, Wh, Bx, Bh, reverse=reverse)
+        elif n.op == "GRU":
+            y, *last = ops.gru(x, init[0], Wx, Wh, Bx, Bh, bool(n.attr("linear_before_reset", 0)), reverse)
+        else:
+            act = (n.attr("activations") or ["Tanh"])[0].lower()
+            y, *last = ops.rnn(x, init[0], Wx, Wh, Bx, Bh, act, reverse)
+        ys.append(ops.unsqueeze(y, 1))
+        finals.append([ops.unsqueeze(s, 0) for s in last])
+    Y = ys[0] if dirs == 1 else ops.cat(ys, 1)
+    outs = [Y] + [parts[0] if dirs == 1 else ops.cat(list(parts), 0) for parts in zip(*finals)]
+    if batch_first:
+        outs = [ops.transpose(outs[0], (2, 0, 1, 3))] + [ops.transpose(s, (1, 0, 2)) for s in outs[1:]]
+    return tuple(outs[: n.n_outputs])
+
+
+def _default_activations(n: Node, dirs: int) -> bool:
+    defaults = {"LSTM": ["sigmoid", "tanh", "tanh"], "GRU": ["sigmoid", "tanh"], "RNN": ["tanh"]}
+    acts = [a.lower() for a in n.attr("activations")]
+    if n.op == "RNN":
+        return all(a in ("tanh", "relu") for a in acts) and len(set(acts)) == 1
+    return acts == defaults[n.op] * dirs
+
+
+def _gate_matrix(W: Tensor, d: int, order: list[int], H: int) -> Tensor:
+    """ONNX ``W[d]`` (gates*H, I) as singa_lite's ``(I, gates*H)`` in singa_lite's gate order."""
+    k = len(order)
+    w = ops.getitem(W, d)
+    if order != list(range(k)):
+        w = ops.reshape(ops.getitem(ops.reshape(w, (k, H, -1)), np.asarray(order)), (k * H, -1))
+    return ops.transpose(w, (1, 0))
+
+
+def _gate_vector(b: Tensor, order: list[int], H: int) -> Tensor:
+    k = len(order)
+    if order == list(range(k)):
+        return b
+    return ops.reshape(ops.getitem(ops.reshape(b, (k, H)), np.asarray(order)), (k * H,))
+
+
+def LSTM(
+    n: Node,
+    X: Tensor,
+    W: Tensor,
+    R: Tensor,
+    B: Tensor | None = None,
+    sequence_lens: Tensor | None = None,
+    initial_h: Tensor | None = None,
+    initial_c: Tensor | None = None,
+    P: Tensor | None = None,
+) -> tuple:
+    """LSTM with outputs ``Y, Y_h, Y_c``; forward, reverse or bidirectional; ``layout`` 0 or 1."""
+    if P is not None and np.any(np.asarray(P)):
+        raise n.fail("peephole weights P are not supported")
+    return _recurrent(n, X, W, R, B, sequence_lens, [initial_h, initial_c])
+
+
+def GRU(
+    n: Node,
+    X: Tensor,
+    W: Tensor,
+    R: Tensor,
+    B: Tensor | None = None,
+    sequence_lens: Tensor | None = None,
+    initial_h: Tensor | None = None,
+) -> tuple:
+    """GRU with outputs ``Y, Y_h``; ``linear_before_reset`` 0 (ONNX default) or 1."""
+    return _recurrent(n, X, W, R, B, sequence_lens, [initial_h])
+
+
+def RNN(
+    n: Node,
+    X: Tensor,
+    W: Tensor,
+    R: Tensor,
+    B: Tensor | None = None,
+    sequence_lens: Tensor | None = None,
+    initial_h: Tensor | None = None,
+) -> tuple:
+    """Elman RNN (tanh or relu) with outputs ``Y, Y_h``."""
+    return _recurrent(n, X, W, R, B, sequence_lens, [initial_h])

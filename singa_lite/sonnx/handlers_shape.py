@@ -1,0 +1,231 @@
+"""ONNX handlers for constants, casts, shapes, indexing and data movement.
+
+Arguments ONNX passes as tensors (shapes, axes, pads, repeats, split sizes) are read into Python
+values with ``Node.ints``; the opset decides whether they come as attributes or inputs.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from onnx import helper
+
+from singa_lite import autograd, ops
+from singa_lite.sonnx.handlers_base import Node, storage_dtype, wrap
+from singa_lite.tensor import Tensor
+
+# ruff: noqa: N802  (handlers are named exactly after the ONNX operators)
+
+__all__ = [
+    "Cast", "CastLike", "Concat", "Constant", "ConstantOfShape", "DepthToSpace", "Dropout", "Expand",
+    "Flatten", "Gather", "GatherElements", "NonZero", "OneHot", "Pad", "Range", "Reshape",
+    "ScatterElements", "Shape", "Size", "Slice", "SpaceToDepth", "Split", "Squeeze", "Tile",
+    "Transpose", "Unsqueeze", "Where",
+]  # fmt: skip
+
+
+def onnx_dtype(n: Node, code: int) -> np.dtype:
+    """The NumPy dtype of an ONNX ``TensorProto`` element type that singa_lite supports."""
+    try:
+        return storage_dtype(helper.tensor_dtype_to_np_dtype(code))
+    except Exception:
+        name = helper.tensor_dtype_to_string(code) if code else "UNDEFINED"
+        raise n.fail(f"element type {name} has no singa_lite dtype") from None
+
+
+# -- constants and casts ---------------------------------------------------------------------------
+def Constant(n: Node) -> Any:
+    """The constant given by one of ``value``, ``value_float(s)``, ``value_int(s)``.
+
+    Returns a NumPy array: the backend folds it into a tensor on the model's device.
+    """
+    for key, dtype in (("value_float", np.float32), ("value_floats", np.float32),
+                       ("value_int", np.int64), ("value_ints", np.int64)):  # fmt: skip
+        if key in n.attrs:
+            return np.asarray(n.attrs[key], dtype=dtype)
+    if isinstance(n.attr("value"), np.ndarray):
+        return n.attrs["value"]
+    raise n.fail(f"only tensor, float and int constants are supported; got {sorted(n.attrs)}")
+
+
+def ConstantOfShape(n: Node, shape: Tensor) -> Tensor:
+    """A tensor of ``shape`` filled with ``value`` (float32 0 by default)."""
+    value = n.attr("value")
+    value = np.zeros(1, np.float32) if value is None else value
+    arr = shape.device.xp.full(
+        tuple(n.ints(shape) or ()), value.reshape(-1)[0], dtype=storage_dtype(value.dtype)
+    )
+    return wrap(arr, shape)
+
+
+def Cast(n: Node, x: Tensor) -> Tensor:
+    """``x`` converted to the element type ``to`` (float casts stay differentiable)."""
+    return ops.cast(x, onnx_dtype(n, n.attr("to")))
+
+
+def CastLike(n: Node, x: Tensor, like: Tensor) -> Tensor:
+    return ops.cast(x, like.dtype)
+
+
+# -- shapes ------------------------------------------------------------------------------------------
+def Shape(n: Node, x: Tensor) -> Tensor:
+    """The shape as int64; ``start``/``end`` (opset 15) select a part of it."""
+    shape = list(x.shape)[slice(n.attr("start", 0), n.attr("end"))]
+    return wrap(np.asarray(shape, np.int64), x)
+
+
+def Size(n: Node, x: Tensor) -> Tensor:
+    return wrap(np.asarray(x.size(), np.int64), x)
+
+
+def Reshape(n: Node, x: Tensor, shape: Tensor | None = None) -> Tensor:
+    """Reshape to ``shape``: 0 copies the input's size at that axis unless ``allowzero``."""
+    target = n.ints(shape) if shape is not None else n.attr("shape")  # an attribute before opset 5
+    if not n.attr("allowzero", 0):
+        target = [x.shape[i] if s == 0 else s for i, s in enumerate(target)]
+    return ops.reshape(x, target)
+
+
+def Flatten(n: Node, x: Tensor) -> Tensor:
+    return ops.flatten(x, n.attr("axis", 1))
+
+
+def Squeeze(n: Node, x: Tensor, axes: Tensor | None = None) -> Tensor:
+    return ops.squeeze(x, n.arg("axes", axes, 13))
+
+
+def Unsqueeze(n: Node, x: Tensor, axes: Tensor | None = None) -> Tensor:
+    return ops.unsqueeze(x, n.arg("axes", axes, 13))
+
+
+def Transpose(n: Node, x: Tensor) -> Tensor:
+    return ops.transpose(x, n.attr("perm"))
+
+
+def Expand(n: Node, x: Tensor, shape: Tensor) -> Tensor:
+    return ops.expand(x, n.ints(shape))
+
+
+def Tile(n: Node, x: Tensor, repeats: Tensor) -> Tensor:
+    return ops.tile(x, n.ints(repeats))
+
+
+def Concat(n: Node, *xs: Tensor) -> Tensor:
+    return ops.cat(list(xs), n.attr("axis", 0))
+
+
+def Split(n: Node, x: Tensor, split: Tensor | None = None) -> tuple[Tensor, ...]:
+    """Split along ``axis`` by sizes (attribute before 13, input since) or into equal parts
+    (``num_outputs`` since 18, otherwise the node's output count)."""
+    sizes = n.arg("split", split, 13)
+    count = n.attr("num_outputs", n.n_outputs)
+    return ops.split(x, n.attr("axis", 0), sizes or None, count)
+
+
+def Slice(
+    n: Node,
+    x: Tensor,
+    starts: Tensor | None = None,
+    ends: Tensor | None = None,
+    axes: Tensor | None = None,
+    steps: Tensor | None = None,
+) -> Tensor:
+    """``x[starts:ends:steps]`` along ``axes``: attributes before opset 10, inputs since."""
+    if n.opset < 10:
+        return ops.slice(x, n.attr("starts"), n.attr("ends"), n.attr("axes"))
+    assert starts is not None and ends is not None  # required since opset 10
+    return ops.slice(x, n.ints(starts), n.ints(ends), n.opt_ints(axes), n.opt_ints(steps))
+
+
+def Pad(
+    n: Node,
+    x: Tensor,
+    pads: Tensor | None = None,
+    value: Tensor | None = None,
+    axes: Tensor | None = None,
+) -> Tensor:
+    """Pad with ``mode`` constant/reflect/edge/wrap; pads and value are inputs since opset 11,
+    and ``axes`` (opset 18) pads only some axes."""
+    if n.opset < 11:
+        widths, fill = n.attr("pads"), n.attr("value", 0.0)
+    else:
+        assert pads is not None  # required since opset 11
+        widths, fill = n.ints(pads), n.scalar(value, 0)
+    picked = n.opt_ints(axes)
+    if picked is not None:
+        k, nd = len(picked), x.ndim()
+        full = [0] * (2 * nd)
+        for i, a in enumerate(picked):
+            full[a % nd], full[a % nd + nd] = widths[i], widths[i + k]
+        widths = full
+    return ops.pad(x, n.attr("mode", "constant"), widths, fill)
+
+
+def DepthToSpace(n: Node, x: Tensor) -> Tensor:
+    return ops.depth_to_space(x, n.attr("blocksize"), n.attr("mode", "DCR"))
+
+
+def SpaceToDepth(n: Node, x: Tensor) -> Tensor:
+    """Move ``blocksize`` x ``blocksize`` tiles into channels (DCR order; CRD since opset 25)."""
+    bs = n.attr("blocksize")
+    if n.attr("mode", "DCR") == "DCR":
+        return ops.space_to_depth(x, bs)
+    b, c, h, w = x.shape
+    t = ops.transpose(ops.reshape(x, (b, c, h // bs, bs, w // bs, bs)), (0, 1, 3, 5, 2, 4))
+    return ops.reshape(t, (b, c * bs * bs, h // bs, w // bs))
+
+
+def Range(n: Node, start: Tensor, limit: Tensor, delta: Tensor) -> Tensor:
+    xp = start.device.xp
+    return wrap(xp.arange(start.data, limit.data, delta.data).astype(start.dtype), start)
+
+
+# -- indexing ----------------------------------------------------------------------------------------
+def Gather(n: Node, x: Tensor, indices: Tensor) -> Tensor:
+    return ops.gather(x, n.attr("axis", 0), indices)
+
+
+def GatherElements(n: Node, x: Tensor, indices: Tensor) -> Tensor:
+    return ops.gather_elements(x, indices, n.attr("axis", 0))
+
+
+def ScatterElements(n: Node, x: Tensor, indices: Tensor, updates: Tensor) -> Tensor:
+    return ops.scatter_elements(x, indices, updates, n.attr("axis", 0), n.attr("reduction", "none"))
+
+
+def Where(n: Node, cond: Tensor, x: Tensor, y: Tensor) -> Tensor:
+    return ops.where(cond, x, y)
+
+
+def NonZero(n: Node, x: Tensor) -> Tensor:
+    return ops.nonzero(x)
+
+
+def OneHot(n: Node, indices: Tensor, depth: Tensor, values: Tensor) -> Tensor:
+    """``values[1]`` at each index along a new ``axis`` of size ``depth``, else ``values[0]``."""
+    if indices.dtype.kind == "f":
+        indices = ops.cast(indices, np.int64)
+    return ops.onehot(indices, int(n.scalar(depth)), values, n.attr("axis", -1))
+
+
+# -- dropout: inference is the identity; a mask output reports every element as kept ---------------
+def Dropout(
+    n: Node, x: Tensor, ratio: Tensor | None = None, training_mode: Tensor | None = None
+) -> Tensor | tuple[Tensor, Tensor]:
+    """Identity in inference; inverted dropout while training (``training_mode`` input since
+    opset 12, or a SONNXModel in training). The optional mask says which elements were kept."""
+    rate = n.scalar(ratio, n.attr("ratio", 0.5)) if n.opset >= 12 else n.attr("ratio", 0.5)
+    train = bool(n.scalar(training_mode, False))
+    if (train or autograd.is_recording()) and rate > 0:
+        old = autograd.training
+        autograd.training = True
+        try:
+            y = ops.dropout(x, rate)
+        finally:
+            autograd.training = old
+        mask = wrap(y.data != 0, x)
+    else:
+        y = ops.identity(x)
+        mask = wrap(x.device.xp.ones(x.shape, dtype=np.bool_), x)
+    return (y, mask) if n.n_outputs > 1 else y

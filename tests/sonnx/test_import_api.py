@@ -1,0 +1,199 @@
+"""``prepare``/``SingaRep`` behaviour: last_layers, aux_output, constant folding, opset handling,
+and errors for unsupported operators and malformed models."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from singa_lite import sonnx
+from singa_lite.errors import OnnxError, UnsupportedOperatorError
+from singa_lite.sonnx import SingaRep, prepare
+from singa_lite.sonnx.handlers import DESIGN_OPS, HANDLERS, schema_versions
+
+
+def _model(nodes: list, inputs: list, outputs: list, inits: list = (), opset: int = 17) -> onnx.ModelProto:
+    graph = helper.make_graph(nodes, "g", inputs, outputs, list(inits))
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+
+
+def _info(name: str, shape: list, dtype: int = TensorProto.FLOAT) -> onnx.ValueInfoProto:
+    return helper.make_tensor_value_info(name, dtype, shape)
+
+
+def mlp() -> onnx.ModelProto:
+    """x -> MatMul -> Add -> Relu -> MatMul -> Softmax, with a Constant node in the middle."""
+    rng = np.random.default_rng(0)
+    w1, w2 = (
+        numpy_helper.from_array(rng.standard_normal(s).astype(np.float32), n)
+        for n, s in (("w1", (4, 5)), ("w2", (5, 3)))
+    )
+    b = numpy_helper.from_array(np.full(5, 0.1, np.float32), "b")
+    nodes = [
+        helper.make_node("MatMul", ["x", "w1"], ["h0"]),
+        helper.make_node("Constant", [], ["c"], value=numpy_helper.from_array(np.float32(2.0))),
+        helper.make_node("Add", ["h0", "b"], ["h1"]),
+        helper.make_node("Relu", ["h1"], ["h2"]),
+        helper.make_node("Mul", ["h2", "c"], ["h3"]),
+        helper.make_node("MatMul", ["h3", "w2"], ["z"]),
+        helper.make_node("Softmax", ["z"], ["y"], axis=-1),
+    ]
+    return _model(nodes, [_info("x", [2, 4])], [_info("y", [2, 3])], [w1, w2, b])
+
+
+def test_every_design_operator_has_a_handler() -> None:
+    assert set(DESIGN_OPS) <= set(HANDLERS)
+    assert all(fn.__name__ == op or fn.__name__ == "handler" for op, fn in HANDLERS.items())
+    assert schema_versions("Split")[:4] == [1, 2, 11, 13]
+
+
+def test_run_returns_tensors_and_matches_numpy() -> None:
+    rep = prepare(mlp())
+    assert isinstance(rep, SingaRep) and rep.inputs == ["x"]
+    x = np.arange(8, dtype=np.float32).reshape(2, 4) / 8
+    (y,) = rep.run([x])
+    init = {t.name: numpy_helper.to_array(t) for t in mlp().graph.initializer}
+    z = np.maximum(x @ init["w1"] + init["b"], 0) * 2 @ init["w2"]
+    ref = np.exp(z - z.max(1, keepdims=True))
+    np.testing.assert_allclose(y.numpy(), ref / ref.sum(1, keepdims=True), rtol=1e-5)
+    np.testing.assert_allclose(rep.run({"x": x})[0].numpy(), y.numpy())
+
+
+def test_last_layers_and_aux_output() -> None:
+    rep = prepare(mlp())
+    x = np.ones((2, 4), np.float32)
+    full = rep.run([x], aux_output=["h2", "z"])
+    z = rep.run([x], last_layers=-2)[0]  # drops Softmax: the output of the last MatMul
+    np.testing.assert_allclose(z.numpy(), full[2].numpy())
+    # -4 drops Softmax, MatMul, Mul (the Constant node is not counted): Relu's output.
+    np.testing.assert_allclose(rep.run([x], last_layers=-4)[0].numpy(), full[1].numpy())
+    h2, h1 = rep.run([x], last_layers=-4, aux_output=["h1"])
+    np.testing.assert_allclose(h2.numpy(), np.maximum(h1.numpy(), 0))
+    with pytest.raises(ValueError, match="last_layers"):
+        rep.run([x], last_layers=0)
+    with pytest.raises(OnnxError, match="aux_output"):
+        rep.run([x], last_layers=-6, aux_output=["z"])
+
+
+def test_constant_subgraphs_are_folded_at_prepare() -> None:
+    """Transpose(W) and shape arithmetic on initializers run once, at prepare time."""
+    w = numpy_helper.from_array(np.arange(6, dtype=np.float32).reshape(3, 2), "w")
+    shape = numpy_helper.from_array(np.array([2, 3], np.int64), "shape")
+    nodes = [
+        helper.make_node("Transpose", ["w"], ["wt"]),
+        helper.make_node("Reshape", ["wt", "shape"], ["w2"]),
+        helper.make_node("MatMul", ["x", "w2"], ["y"]),
+    ]
+    rep = prepare(_model(nodes, [_info("x", [1, 2])], [_info("y", [1, 3])], [w, shape]))
+    assert rep.program.folded == [True, True, False]
+    np.testing.assert_allclose(rep.run([np.ones((1, 2), np.float32)])[0].numpy(), [[0 + 1, 2 + 3, 4 + 5]])
+
+
+def test_opset_moves_attributes_to_inputs() -> None:
+    """Squeeze's axes: an attribute at opset 11, an input at 13; both give the same result."""
+    x = np.ones((1, 3, 1), np.float32)
+    old = _model(
+        [helper.make_node("Squeeze", ["x"], ["y"], axes=[0, 2])],
+        [_info("x", [1, 3, 1])],
+        [_info("y", [3])],
+        opset=11,
+    )
+    axes = numpy_helper.from_array(np.array([0, 2], np.int64), "axes")
+    new = _model(
+        [helper.make_node("Squeeze", ["x", "axes"], ["y"])],
+        [_info("x", [1, 3, 1])],
+        [_info("y", [3])],
+        [axes],
+        13,
+    )
+    assert prepare(old).run([x])[0].shape == prepare(new).run([x])[0].shape == (3,)
+
+
+def test_unsupported_operator_names_op_opset_and_node() -> None:
+    node = helper.make_node("Det", ["x"], ["y"], name="the_det")
+    with pytest.raises(UnsupportedOperatorError, match=r"Det.*opset 17.*the_det"):
+        prepare(_model([node], [_info("x", [2, 2])], [_info("y", [])]))
+
+
+def test_other_domains_are_unsupported() -> None:
+    node = helper.make_node("Normalizer", ["x"], ["y"], domain="ai.onnx.ml")
+    model = _model([node], [_info("x", [2, 2])], [_info("y", [2, 2])])
+    model.opset_import.append(helper.make_opsetid("ai.onnx.ml", 3))
+    with pytest.raises(UnsupportedOperatorError, match=r"ai\.onnx\.ml::Normalizer"):
+        prepare(model)
+
+
+def test_legacy_broadcast_semantics_are_refused() -> None:
+    node = helper.make_node("Add", ["x", "y"], ["z"], broadcast=1, axis=0)
+    model = _model([node], [_info("x", [2, 3]), _info("y", [2])], [_info("z", [2, 3])], opset=6)
+    model.ir_version = 3
+    with pytest.raises(UnsupportedOperatorError, match="broadcasting with an axis"):
+        prepare(model)
+
+
+@pytest.mark.parametrize("cut", [1, 10, 50, 200])
+def test_truncated_model_bytes_raise_onnx_error(cut: int) -> None:
+    data = mlp().SerializeToString()
+    with pytest.raises(OnnxError):
+        prepare(data[:-cut])
+
+
+def test_garbage_bytes_and_missing_files_raise_onnx_error(tmp_path: object) -> None:
+    with pytest.raises(OnnxError):
+        prepare(b"\x08\x07 definitely not a protobuf \xff\xff\xff")
+    with pytest.raises(OnnxError, match="cannot read"):
+        prepare(str(tmp_path) + "/missing.onnx")  # type: ignore[operator]
+
+
+def test_model_file_path_is_accepted(tmp_path: object) -> None:
+    path = f"{tmp_path}/m.onnx"
+    onnx.save(mlp(), path)
+    assert prepare(path).run([np.ones((2, 4), np.float32)])[0].shape == (2, 3)
+
+
+def test_dangling_input_and_bad_inputs_raise_onnx_error() -> None:
+    node = helper.make_node("Relu", ["nowhere"], ["y"])
+    model = _model([node], [_info("x", [2])], [_info("y", [2])])
+    with pytest.raises(OnnxError):
+        prepare(model)
+    rep = prepare(mlp())
+    with pytest.raises(OnnxError, match="missing graph inputs"):
+        rep.run([])
+    with pytest.raises(OnnxError, match="unknown inputs"):
+        rep.run({"x": np.ones((2, 4), np.float32), "q": 1})
+
+
+def test_runtime_shape_error_names_the_node() -> None:
+    rep = prepare(mlp())
+    with pytest.raises(Exception) as info:
+        rep.run([np.ones((2, 7), np.float32)])
+    assert "MatMul" in "".join(getattr(info.value, "__notes__", [])) + str(info.value)
+
+
+def test_narrow_integer_types_are_widened_and_cast_back() -> None:
+    node = helper.make_node("Add", ["a", "b"], ["c"])
+    model = _model(
+        [node],
+        [_info("a", [3], TensorProto.UINT8), _info("b", [3], TensorProto.UINT8)],
+        [_info("c", [3], TensorProto.UINT8)],
+    )
+    a = np.array([250, 1, 2], np.uint8)
+    (c,) = sonnx.SingaBackend.prepare(model).run([a, a])
+    assert c.dtype == np.uint8 and c.tolist() == (a + a).tolist()  # wraps around as uint8 does
+
+
+def test_to_onnx_is_reexported_lazily() -> None:
+    from singa_lite.sonnx import frontend
+
+    assert sonnx.to_onnx is frontend.to_onnx
+
+
+def test_docs_coverage_table_is_generated_from_the_handlers() -> None:
+    from pathlib import Path
+
+    from singa_lite.sonnx.coverage import coverage_table
+
+    docs = Path(__file__).resolve().parents[2] / "docs" / "onnx.md"
+    assert coverage_table() in docs.read_text(), "run: python -m singa_lite.sonnx.coverage docs/onnx.md"

@@ -1,0 +1,142 @@
+"""``SONNXModel``: imported weights as named params and states, training through any
+optimizer, and transfer learning that survives ``save_states`` and a fresh process."""
+
+from __future__ import annotations
+
+import io
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from singa_lite import layer, opt, sonnx, tensor
+from singa_lite.data import load_digits
+
+torch = pytest.importorskip("torch", reason="PyTorch is not installed")
+nn = torch.nn
+
+
+def digits_cnn_onnx() -> bytes:
+    """A small CNN for 8x8 digits, exported with BatchNormalization kept as its own node."""
+    torch.manual_seed(0)
+    model = nn.Sequential(
+        nn.Conv2d(1, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Conv2d(8, 16, 3, padding=1), nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(),
+        nn.Linear(16, 10),
+    ).eval()  # fmt: skip
+    # Trained-looking statistics (at their initial 0/1 values PyTorch's exporter would share
+    # them with the BN shift/scale initializers of equal value).
+    model[1].running_mean.uniform_(-0.1, 0.1)
+    model[1].running_var.uniform_(0.5, 1.5)
+    f = io.BytesIO()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(
+            model, (torch.zeros(1, 1, 8, 8),), f, opset_version=13, dynamo=False,
+            do_constant_folding=False, input_names=["x"], dynamic_axes={"x": {0: "n"}},
+        )  # fmt: skip
+    return f.getvalue()
+
+
+class DigitsTransfer(sonnx.SONNXModel):
+    """The imported CNN without its last node (the Gemm), and a new Linear head."""
+
+    def __init__(self, onnx_model: object) -> None:
+        super().__init__(onnx_model)
+        self.head = layer.Linear(10)
+
+    def forward(self, x: tensor.Tensor) -> tensor.Tensor:  # type: ignore[override]
+        features = super().forward(x, last_layers=-2)[0]
+        return self.head(features)
+
+
+def test_imported_weights_are_named_params_and_states() -> None:
+    model = sonnx.SONNXModel(digits_cnn_onnx())
+    params, states = model.get_params(), model.get_states()
+    assert set(params) == {
+        "0.weight",
+        "0.bias",
+        "1.weight",
+        "1.bias",
+        "4.weight",
+        "4.bias",
+        "8.weight",
+        "8.bias",
+    }
+    assert {"1.running_mean", "1.running_var"} <= set(states) - set(params)
+    assert all(t.stores_grad for t in params.values())
+    assert model.onnx_names["0.weight"] == "0.weight"
+
+
+def test_param_names_are_sanitised_and_unique() -> None:
+    taken = {"training"}
+    names = [sonnx.model.param_name(n, taken) for n in ("onnx::Conv_1", "onnx::Conv_1", "_w", "training")]
+    assert names == ["onnx__Conv_1", "onnx__Conv_1_1", "w_w", "training_1"]
+
+
+def test_forward_matches_prepare_and_gradients_reach_imported_weights() -> None:
+    data = digits_cnn_onnx()
+    model = sonnx.SONNXModel(data)
+    x = tensor.from_numpy(load_digits("test")[0][:4])
+    model.eval()
+    np.testing.assert_allclose(
+        model.forward(x)[0].numpy(), sonnx.prepare(data).run([x])[0].numpy(), rtol=1e-6
+    )
+    model.set_optimizer(opt.SGD(lr=0.1))
+    model.train()
+    before = model.get_params()["0.weight"].numpy().copy()
+    mean_before = model.get_states()["1.running_mean"].numpy().copy()
+    y = tensor.from_numpy(np.arange(4, dtype=np.int32))
+    model(x, y)
+    assert not np.allclose(model.get_params()["0.weight"].numpy(), before)
+    assert not np.allclose(model.get_states()["1.running_mean"].numpy(), mean_before)  # BN trains
+
+
+_RELOAD = """
+import sys
+import numpy as np
+sys.path.insert(0, {tests!r})
+from test_import_sonnxmodel import DigitsTransfer
+from singa_lite import tensor
+from singa_lite.data import load_digits
+model = DigitsTransfer({onnx_path!r})
+x = tensor.from_numpy(load_digits("test")[0])
+model.compile([x], is_train=False)
+model.load_states({ckpt!r})
+np.save({out!r}, model(x).numpy())
+"""
+
+
+def test_transfer_learning_survives_save_states_and_a_fresh_process(tmp_path: Path) -> None:
+    onnx_path = tmp_path / "cnn.onnx"
+    onnx_path.write_bytes(digits_cnn_onnx())
+    x_train, y_train = load_digits("train")
+    x_test, _ = load_digits("test")
+    model = DigitsTransfer(str(onnx_path))
+    model.set_optimizer(opt.SGD(lr=0.05, momentum=0.9))
+    tx = tensor.from_numpy(x_train[:64])
+    model.compile([tx], is_train=True)
+    losses = []
+    for step in range(30):
+        i = (step * 64) % (len(x_train) - 64)
+        _, loss = model(tensor.from_numpy(x_train[i : i + 64]), tensor.from_numpy(y_train[i : i + 64]))
+        losses.append(loss.numpy().item())
+    assert np.mean(losses[-5:]) < np.mean(losses[:5])
+    ckpt = tmp_path / "ckpt.h5"
+    model.save_states(str(ckpt))
+    model.eval()
+    expected = model(tensor.from_numpy(x_test)).numpy()
+    assert {"0.weight", "1.running_var", "head.W"} <= set(model.get_states())
+
+    script = _RELOAD.format(
+        tests=str(Path(__file__).parent),
+        onnx_path=str(onnx_path),
+        ckpt=str(ckpt),
+        out=str(tmp_path / "p.npy"),
+    )
+    run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr[-2000:]
+    np.testing.assert_allclose(np.load(tmp_path / "p.npy"), expected, rtol=1e-6, atol=1e-6)
