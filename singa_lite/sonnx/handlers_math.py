@@ -55,6 +55,7 @@ __all__ = [
     "Log",
     "LogSoftmax",
     "MatMul",
+    "Einsum",
     "Max",
     "Mean",
     "Min",
@@ -175,6 +176,11 @@ def Pow(n: Node, x: Tensor, y: Tensor) -> Tensor:
 
 def MatMul(n: Node, a: Tensor, b: Tensor) -> Tensor:
     return ops.matmul(a, b)
+
+
+def Einsum(n: Node, *operands: Tensor) -> Tensor:
+    """ONNX Einsum (opset 12+): the equation attribute as NumPy writes it."""
+    return ops.einsum(n.attr("equation").replace(" ", ""), *operands)
 
 
 def Gemm(n: Node, a: Tensor, b: Tensor, c: Tensor | None = None) -> Tensor:
