@@ -3,7 +3,8 @@
     python -m singa_lite.demo [--epochs 20] [--out runs/demo]
 
 Trains with SGD + momentum in graph mode, shows a progress bar, reports test accuracy and
-writes ``loss_accuracy.png`` (loss and accuracy curves) into ``--out``.
+writes ``loss_accuracy.png`` (loss and accuracy curves) into ``--out``. A checkpoint is kept
+after every epoch in ``--out/checkpoints``: run it again and it resumes where it stopped.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from singa_lite import autograd, data, device, layer, model, opt, tensor
+from singa_lite import autograd, checkpoint, data, device, layer, model, opt, tensor
 
 
 class DigitsCNN(model.Model):
@@ -86,8 +87,14 @@ def train(
     out_dir: str | Path = "runs/demo",
     progress: bool = True,
     make_plot: bool = True,
+    resume: bool = True,
 ) -> dict:
-    """Train the demo CNN; returns the history (loss, train_acc, test_acc per epoch)."""
+    """Train the demo CNN; returns the history (loss, train_acc, test_acc per epoch).
+
+    A checkpoint is written to ``out_dir/checkpoints`` after every epoch; with ``resume`` a
+    later call picks up after the last completed epoch (weights, optimizer, RNG and history),
+    so an interrupted run loses at most one epoch.
+    """
     dev = device.get_default_device()
     dev.SetRandSeed(seed)
     x_train, y_train = data.load_digits("train")
@@ -102,8 +109,15 @@ def train(
     m.compile([tx], is_train=True, use_graph=True)
 
     history: dict[str, list[float]] = {"loss": [], "train_acc": [], "test_acc": []}
-    bar = _progress(total=epochs * steps, enabled=progress)
-    for epoch in range(epochs):
+    manager = checkpoint.CheckpointManager(Path(out_dir) / "checkpoints", max_to_keep=2)
+    start = 0
+    restored = manager.restore(m) if resume else None
+    if restored is not None and restored.aux.get("epochs") == epochs:
+        start = restored.step + 1
+        history = {k: list(restored.aux["history"][k]) for k in history}
+        print(f"resuming after epoch {start} from {restored.path} (pass --fresh to start over)")
+    bar = _progress(total=(epochs - start) * steps, enabled=progress)
+    for epoch in range(start, epochs):
         losses, correct = [], 0
         for xb, yb in data.iterate_batches(
             x_train, y_train, batch_size, shuffle=True, seed=seed + epoch, drop_last=True
@@ -119,6 +133,13 @@ def train(
         history["test_acc"].append(evaluate(m, x_test, y_test, dev))
         bar.set_postfix(
             epoch=epoch + 1, loss=f"{history['loss'][-1]:.3f}", test_acc=f"{history['test_acc'][-1]:.3f}"
+        )
+        manager.save(
+            epoch,
+            m,
+            metrics={"test_acc": history["test_acc"][-1]},
+            aux={"epochs": epochs, "history": history},
+            force=True,
         )
     bar.close()
     autograd.training = False
@@ -152,10 +173,11 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--batch-size", type=int, default=64)
     p.add_argument("--lr", type=float, default=0.05)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--out", default="runs/demo", help="directory for the plot")
+    p.add_argument("--out", default="runs/demo", help="directory for the plot and checkpoints")
+    p.add_argument("--fresh", action="store_true", help="ignore earlier checkpoints in --out")
     args = p.parse_args(argv)
     t0 = time.perf_counter()
-    h = train(args.epochs, args.batch_size, args.lr, args.seed, args.out)
+    h = train(args.epochs, args.batch_size, args.lr, args.seed, args.out, resume=not args.fresh)
     print(
         f"test accuracy: {h['test_acc'][-1]:.4f}  (best {max(h['test_acc']):.4f})  "
         f"in {time.perf_counter() - t0:.1f} s"
