@@ -1,11 +1,13 @@
 """One training step (forward + backward + SGD-momentum update) in singa_lite and PyTorch CPU.
 
-    python benchmarks/training.py [--steps 30] [--only mlp,cnn,resnet20,lstm]
+    python benchmarks/training.py [--steps 30] [--only mlp,cnn,resnet20,lstm] [--device cpu|gpu]
 
 Runs each workload in singa_lite eager mode, singa_lite graph mode and, where installed,
 PyTorch CPU, in this one process with the same thread count, and prints the median and minimum
 milliseconds per step and the singa_lite/PyTorch ratio (below 1.0: singa_lite is faster).
-The machine is shared and noisy: compare ratios, not absolute times.
+The machine is shared and noisy: compare ratios, not absolute times. With ``--device gpu``
+both run on the first CUDA device (PyTorch with TF32 off, as singa_lite keeps float32 exact)
+and every step ends with a device synchronisation.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from singa_lite import layer, model, opt, tensor
+from singa_lite import device, layer, model, opt, tensor
 
 THREADS = int(os.environ.get("BENCH_THREADS", os.cpu_count() or 1))
 
@@ -141,26 +143,28 @@ def time_steps(step: Callable[[], None], steps: int, warmup: int = 3) -> list[fl
     return times
 
 
-def bench_singa(name: str, use_graph: bool, steps: int) -> list[float]:
+def bench_singa(name: str, use_graph: bool, steps: int, gpu: bool = False) -> list[float]:
     shape, _ = SHAPES[name]
     batch = shape[1] if name == "lstm" else shape[0]
     rng = np.random.default_rng(0)
     x = rng.standard_normal(shape).astype(np.float32)
     y = rng.integers(0, 10, batch).astype(np.int32)
+    dev = device.create_cuda_gpu() if gpu else device.create_cpu_device()
     m = Classifier(SINGA_NETS[name]())
     m.set_optimizer(opt.SGD(lr=0.01, momentum=0.9))
-    tx = tensor.from_numpy(x)
-    ty = tensor.from_numpy(y)
+    tx = tensor.from_numpy(x, dev)
+    ty = tensor.from_numpy(y, dev)
     m.compile([tx], is_train=True, use_graph=use_graph)
 
     def step() -> None:
         m(tx, ty)
+        dev.Sync()
 
     return time_steps(step, steps)
 
 
 # -- PyTorch reference -----------------------------------------------------------------------
-def bench_torch(name: str, steps: int) -> list[float] | None:
+def bench_torch(name: str, steps: int, gpu: bool = False) -> list[float] | None:
     try:
         import torch
         from torch import nn
@@ -168,6 +172,11 @@ def bench_torch(name: str, steps: int) -> list[float] | None:
         return None
     torch.set_num_threads(THREADS)
     torch.manual_seed(0)
+    if gpu and not torch.cuda.is_available():
+        return None
+    where = "cuda" if gpu else "cpu"
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
 
     class Block(nn.Module):
         def __init__(self, cin: int, planes: int, stride: int) -> None:
@@ -227,18 +236,20 @@ def bench_torch(name: str, steps: int) -> list[float] | None:
     }
     shape, _ = SHAPES[name]
     batch = shape[1] if name == "lstm" else shape[0]
-    net = nets[name]()
+    net = nets[name]().to(where)
     net.train()
     sgd = torch.optim.SGD(net.parameters(), lr=0.01, momentum=0.9)
     rng = np.random.default_rng(0)
-    x = torch.from_numpy(rng.standard_normal(shape).astype(np.float32))
-    y = torch.from_numpy(rng.integers(0, 10, batch).astype(np.int64))
+    x = torch.from_numpy(rng.standard_normal(shape).astype(np.float32)).to(where)
+    y = torch.from_numpy(rng.integers(0, 10, batch).astype(np.int64)).to(where)
     loss_fn = nn.CrossEntropyLoss()
 
     def step() -> None:
         sgd.zero_grad(set_to_none=True)
         loss_fn(net(x), y).backward()
         sgd.step()
+        if gpu:
+            torch.cuda.synchronize()
 
     return time_steps(step, steps)
 
@@ -247,10 +258,14 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--steps", type=int, default=30)
     p.add_argument("--only", default="mlp,cnn,resnet20,lstm")
+    p.add_argument("--device", choices=("cpu", "gpu"), default="cpu")
     args = p.parse_args()
+    gpu = args.device == "gpu"
+    if gpu and device.get_num_gpus() == 0:
+        device.create_cuda_gpu()  # raises DeviceError saying what is missing
     print(
-        f"threads: {THREADS}; OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE', 'unset')}; "
-        f"numpy {np.__version__}"
+        f"device: {args.device}; threads: {THREADS}; "
+        f"OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE', 'unset')}; numpy {np.__version__}"
     )
     header = (
         f"{'workload':36} {'eager ms (min)':>16} {'graph ms (min)':>16} {'torch ms (min)':>16} "
@@ -259,9 +274,9 @@ def main() -> None:
     print(header)
     print("-" * len(header))
     for name in args.only.split(","):
-        eager = time_steps_summary(bench_singa(name, False, args.steps))
-        graph = time_steps_summary(bench_singa(name, True, args.steps))
-        t = bench_torch(name, args.steps)
+        eager = time_steps_summary(bench_singa(name, False, args.steps, gpu))
+        graph = time_steps_summary(bench_singa(name, True, args.steps, gpu))
+        t = bench_torch(name, args.steps, gpu)
         torch_s = time_steps_summary(t) if t else None
         print(
             f"{SHAPES[name][1]:36} {fmt(eager):>16} {fmt(graph):>16} {fmt(torch_s):>16} "
