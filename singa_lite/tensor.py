@@ -151,20 +151,21 @@ class Tensor:
 
     # -- copies and conversions (not recorded) ----------------------------------------------
     def copy_from_numpy(self, np_array: Any, offset: int = 0) -> None:
-        """Copy a NumPy array's values into this tensor (same number of elements)."""
+        """Copy a NumPy array's values into this tensor's memory, from element ``offset`` on.
+
+        The values are copied (never shared with ``np_array``) and cast to this tensor's dtype;
+        the tensor keeps its array, so placeholders and parameters stay the same objects.
+        """
         src = np.asarray(np_array)
-        if offset or src.size != self.size():
-            flat = self.device.backend.to_numpy(self.data).reshape(-1).copy()
-            if offset + src.size > flat.size:
-                raise ShapeError(
-                    f"copy_from_numpy: {src.size} values at offset {offset} do not fit a "
-                    f"tensor of shape {self.shape}"
-                )
-            flat[offset : offset + src.size] = src.reshape(-1)
-            src = flat
-        self.data = self.device.backend.from_numpy(
-            np.ascontiguousarray(src.reshape(self.shape), dtype=self.dtype), self.device.id()
-        )
+        n = src.size
+        if offset < 0 or offset + n > self.size():
+            raise ShapeError(
+                f"copy_from_numpy: {n} values at offset {offset} do not fit a tensor of shape {self.shape}"
+            )
+        if not self.data.flags.c_contiguous:
+            self.data = self.device.xp.ascontiguousarray(self.data)
+        dst = self.data.reshape(-1)  # a view: the data is contiguous
+        dst[offset : offset + n] = self.device.backend.from_numpy(src.reshape(-1), self.device.id())
 
     def copy_from(self, t: Tensor | Any) -> None:
         """Copy another tensor's (or array's) values into this one, across devices if needed."""

@@ -173,3 +173,15 @@ def test_module_constructors(dev):
     t = tensor.from_numpy(np.ones((2, 3), np.float64), dev)
     assert tensor.zeros_like(t).dtype == np.float64
     assert tensor.ones_like(t).shape == (2, 3)
+
+
+def test_copy_from_numpy_copies_into_the_same_array(dev):
+    t = Tensor((3,), dev)
+    before = t.data
+    src = np.arange(3, dtype=np.float32)
+    t.copy_from_numpy(src)
+    t += 1
+    np.testing.assert_array_equal(src, [0, 1, 2])  # the source is never aliased
+    assert t.data is before  # the tensor keeps its memory (placeholders, parameters)
+    t.copy_from_numpy(np.array([1.5, 2.5]))  # float64 values are cast to the tensor's dtype
+    assert t.dtype == np.float32 and tensor.to_numpy(t).tolist() == [1.5, 2.5, 3.0]
