@@ -58,3 +58,12 @@ def test_mixing_devices_names_the_op(dev):
     b = tensor.from_numpy(np.ones(2, np.float32), dev)
     with pytest.raises(DeviceError, match=r"Add.*different devices"):
         a + b
+
+
+def test_mixing_devices_is_caught_on_any_machine():
+    """The device check runs before any array math: a second host-backed Device stands in for a GPU."""
+    other = device.Device(7, "numpy")
+    a = tensor.from_numpy(np.ones((2, 3), np.float32))
+    b = tensor.from_numpy(np.ones((2, 3), np.float32), other)
+    with pytest.raises(DeviceError, match=r"Mul: inputs are on different devices.*\(2, 3\) on Device\(cpu\)"):
+        a * b
