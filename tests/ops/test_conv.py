@@ -141,6 +141,31 @@ def test_conv2d_grad(dev, geo):
     check_grad(lambda *ts: autograd.conv2d(*ts, **geo), [x, w, b], dev)
 
 
+@pytest.mark.parametrize("keep_bytes", [0, 1 << 20])  # backward re-makes / keeps the matrix
+@pytest.mark.parametrize("block_bytes", [300, 1500, 4000])  # bands of rows; groups of images
+@pytest.mark.parametrize(
+    "geo, channels",
+    [
+        (dict(stride=1, padding=1), (4, 4)),  # dx as a convolution of dy
+        (dict(stride=1, padding=(2, 0, 1, 1), dilation=(1, 2)), (2, 4)),  # the same, O = 2C
+        (dict(stride=1, padding=1), (2, 6)),  # O > 2C: col2im
+        (dict(stride=1, padding=3), (2, 2)),  # padding wider than the kernel: col2im
+        (dict(stride=(2, 1), padding=1, group=2), (4, 4)),  # strided: col2im
+    ],
+)
+def test_conv2d_blocked_im2col(dev, monkeypatch, keep_bytes, block_bytes, geo, channels):
+    # The host im2col runs in L2-sized blocks; small blocks exercise every path on tiny inputs.
+    from singa_lite.ops import conv as conv_module
+
+    monkeypatch.setattr(conv_module, "_BLOCK_BYTES", block_bytes)
+    monkeypatch.setattr(conv_module, "_BLOCK_ROWS", 1)
+    monkeypatch.setattr(conv_module, "_KEEP_BYTES", keep_bytes)
+    c, o = channels
+    x, w, b = _rand((3, c, 4, 3)), _rand((o, c // geo.get("group", 1), 3, 2), seed=1), _rand((o,), seed=2)
+    check_forward(lambda *ts: autograd.conv2d(*ts, **geo), lambda *a: conv2d_ref(*a, **geo), [x, w, b], dev)
+    check_grad(lambda *ts: autograd.conv2d(*ts, **geo), [x, w, b], dev)
+
+
 def test_depthwise_multiplier_grad(dev):
     # group == C with 2 output channels per input channel
     x, w = _rand((2, 2, 4, 4)), _rand((4, 1, 3, 3), seed=1)
