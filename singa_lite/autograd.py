@@ -59,6 +59,9 @@ class Operator:
     """
 
     xp: Any = None
+    optional_grads: tuple[int, ...] = ()
+    """Outputs whose gradient ``backward`` accepts as ``None`` when nothing used them (the
+    engine passes zeros to the others), so an unused big output costs no zero array."""
 
     def __init__(self, name: str | None = None) -> None:
         self.name = name or type(self).__name__
@@ -199,9 +202,12 @@ def backward(y: Tensor, dy: Any = None, retain_graph: bool | None = None) -> Ite
         dys = grads.pop(id(op), None)
         if dys is None:
             continue
-        dys = [
-            d if d is not None else op.xp.zeros(shape, dtype=dt) for d, (shape, dt) in zip(dys, op.out_meta)
-        ]
+        if any(d is None for d in dys):
+            optional = op.optional_grads
+            dys = [
+                d if d is not None or i in optional else op.xp.zeros(shape, dtype=dt)
+                for i, (d, (shape, dt)) in enumerate(zip(dys, op.out_meta))
+            ]
         dxs = op.backward(*dys)
         if not isinstance(dxs, tuple):
             dxs = (dxs,)

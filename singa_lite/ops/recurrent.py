@@ -63,6 +63,7 @@ class _Sequence(Operator, ABC):
 
     gates = 1
     state_names: tuple[str, ...] = ("h0",)
+    optional_grads = (0,)  # `_back_steps` takes dy=None when only the final states were used
     hs: Any  # hidden states h[0..T] of the last forward, set by _steps
 
     def __init__(self, reverse: bool = False) -> None:
@@ -350,6 +351,8 @@ class GRUSequence(_Sequence):
 
 class _Cell(_Sequence):
     """A sequence op over one time step: x (N, I) in, the new states out."""
+
+    optional_grads = ()  # every output is a state: backward needs arrays for all
 
     def forward(self, x: Any, *args: Any) -> tuple:
         if x.ndim != 2:
