@@ -82,7 +82,11 @@ class Model(Layer):
         self.train(False)
 
     def graph(self, mode: bool = True, sequential: bool = False) -> None:
-        """Turn graph mode on or off; any recorded step is dropped."""
+        """Turn graph mode on or off; any recorded step is dropped.
+
+        ``sequential`` is SINGA's choice between its scheduler and recorded order; replays here
+        always run in recorded order, so both values give the same (sequential) execution.
+        """
         self.graph_mode = bool(mode)
         self.sequential = bool(sequential)
         self._graph = None
