@@ -2,7 +2,7 @@
 
 A communicator sums, broadcasts and gathers contiguous arrays across the ranks of a job.
 :class:`MPICommunicator` uses mpi4py's buffer-based collectives on NumPy arrays (the lowercase
-pickle-based ones are 20-30x slower and are used only for tiny objects on error paths);
+pickle-based ones are 20-30x slower and unpickle what other processes send: never used);
 :class:`~singa_lite.dist.nccl.NcclCommunicator` does the same for CuPy arrays;
 :class:`SingleProcessCommunicator` is the world of one that a script started without a launcher
 gets, so the same script runs with and without ``mpiexec``.
@@ -13,7 +13,7 @@ mpi4py is imported only when a launcher is detected, so ``import singa_lite.dist
 from __future__ import annotations
 
 import abc
-import pickle
+import json
 import sys
 from typing import Any
 
@@ -85,8 +85,10 @@ class Communicator(abc.ABC):
         return out
 
     def all_gather_object(self, obj: Any) -> list[Any]:
-        """Every rank's picklable ``obj``, in rank order: for small metadata, never for arrays."""
-        return [pickle.loads(b) for b in self.all_gather_bytes(pickle.dumps(obj))]
+        """Every rank's JSON-able ``obj`` (lists come back as tuples), in rank order: for small
+        metadata such as layouts and error strings, never for arrays. JSON, not pickle: no rank
+        ever unpickles bytes another process sent."""
+        return [_tuples(json.loads(b)) for b in self.all_gather_bytes(json.dumps(obj).encode())]
 
     def for_device(self, dev: Any) -> Communicator:
         """The communicator that handles arrays on ``dev`` (a :class:`~singa_lite.device.Device`)."""
@@ -233,9 +235,6 @@ class MPICommunicator(Communicator):
     def barrier(self) -> None:
         self.comm.Barrier()
 
-    def all_gather_object(self, obj: Any) -> list[Any]:
-        return list(self.comm.allgather(obj))
-
     def abort(self, code: int = 1) -> None:
         self.comm.Abort(code)
 
@@ -329,3 +328,8 @@ def _to_host(arr: Any) -> np.ndarray:
     from singa_lite import backend
 
     return backend.backend_of(arr).to_numpy(arr)
+
+
+def _tuples(x: Any) -> Any:
+    """JSON's lists back as tuples, recursively (layouts are tuples of tuples)."""
+    return tuple(_tuples(v) for v in x) if isinstance(x, list) else x

@@ -8,6 +8,7 @@ Statistics of float16 inputs are computed in float32; outputs keep the input's d
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from typing import Any
 
 import numpy as np  # dtype objects only; array math goes through self.xp
@@ -124,7 +125,7 @@ class BatchNorm(Operator):
         return dx, dscale.astype(dt, copy=False), dbias.astype(self.inputs[2].dtype, copy=False), None, None
 
 
-class _Standardize(Operator):
+class _Standardize(Operator, ABC):
     """``(x - mean) / sqrt(var + eps) * scale + bias`` with statistics over some axes.
 
     Subclasses say which axes (``stats_axes``) and how ``scale``/``bias`` line up with ``x``
@@ -135,11 +136,13 @@ class _Standardize(Operator):
         super().__init__(name)
         self.eps = float(eps)
 
+    @abstractmethod
     def stats_axes(self, x: Any) -> tuple:
-        raise NotImplementedError
+        """The axes the mean and variance are taken over."""
 
+    @abstractmethod
     def param_view(self, p: Any, x: Any) -> tuple:
-        raise NotImplementedError
+        """The shape ``scale``/``bias`` are viewed as to broadcast against ``x``."""
 
     def forward(self, x: Any, scale: Any, bias: Any = None) -> Any:
         xp = self.xp
