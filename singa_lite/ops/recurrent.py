@@ -63,7 +63,7 @@ class _Sequence(Operator, ABC):
 
     gates = 1
     state_names: tuple[str, ...] = ("h0",)
-    optional_grads = (0,)  # `_back_steps` takes dy=None when only the final states were used
+    optional_grads: tuple[int, ...] = (0,)  # `_back_steps` takes dy=None when only the final states were used
     hs: Any  # hidden states h[0..T] of the last forward, set by _steps
 
     def __init__(self, reverse: bool = False) -> None:
