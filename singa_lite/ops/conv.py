@@ -24,6 +24,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from singa_lite import autograd
 from singa_lite.autograd import Operator
 from singa_lite.errors import DTypeError
 from singa_lite.tensor import Tensor
@@ -357,6 +358,55 @@ def _pad_nchw(xp: Any, x: Any, pads: Pads) -> Any:
     return out
 
 
+# -- inference: one image, channels first ------------------------------------------------------
+_BAND_BYTES = 8 << 20
+"""Largest column matrix ``_conv_one_image`` makes at once; bigger ones go in bands of rows."""
+
+
+def _conv_one_image(
+    xp: Any, x: Any, W: Any, b: Any, pads: Pads, stride: tuple, dilation: tuple, out_hw: tuple, group: int
+) -> Any:
+    """Forward of a batch-1 conv as ``W (O, C*kh*kw) @ col (C*kh*kw, Ho*Wo)`` per group.
+
+    With the rows of the column matrix ordered (channel, tap) and its columns the output
+    pixels, the product is already the NCHW output: no transposing copy (the blocked NHWC
+    path's ``_store_rows``), and for a 1x1 stride-1 conv no im2col at all, the image itself
+    being the column matrix. Measured 1.2-7x faster than the blocked path at batch 1, whose
+    GEMMs have only ``Ho*Wo`` rows. Nothing is kept for backward: it serves inference only.
+    """
+    O, cg, kh, kw = W.shape
+    (Ho, Wo), (sh, sw), (dh, dw) = out_hw, stride, dilation
+    K, og = cg * kh * kw, O // group
+    img = _pad_nchw(xp, x, pads)[0]  # (C, Hp, Wp)
+    y = xp.empty((1, O, Ho, Wo), dtype=x.dtype)
+    Wm, ym = W.reshape(group, og, K), y.reshape(group, og, Ho * Wo)
+    if kh == kw == 1 and (sh, sw) == (1, 1):
+        _gemm_into(xp, Wm, img.reshape(group, cg, Ho * Wo), ym)
+    else:
+        sC, sH, sW = img.strides
+        win = xp.lib.stride_tricks.as_strided(
+            img,
+            shape=(group, cg, kh, kw, Ho, Wo),
+            strides=(sC * cg, sC, sH * dh, sW * dw, sH * sh, sW * sw),
+        )
+        rows = max(1, _BAND_BYTES // (group * K * Wo * x.itemsize))
+        for h0 in range(0, Ho, rows):  # bands keep a big image's matrix (vgg's: 115 MB) in cache
+            h1 = min(Ho, h0 + rows)
+            col = win[..., h0:h1, :].reshape(group, K, (h1 - h0) * Wo)  # the one copy
+            _gemm_into(xp, Wm, col, ym[:, :, h0 * Wo : h1 * Wo])
+    if b is not None:
+        y += b.reshape(1, O, 1, 1)
+    return y
+
+
+def _gemm_into(xp: Any, a: Any, b: Any, out: Any) -> None:
+    """``out = a @ b`` over groups; one group as a plain 2-D product, which BLAS gets whole."""
+    if a.shape[0] == 1:
+        xp.matmul(a[0], b[0], out=out[0])
+    else:
+        xp.matmul(a, b, out=out)
+
+
 # -- operators ---------------------------------------------------------------------------------
 class _ConvBase(Operator):
     def __init__(self, stride: Any, padding: Any, dilation: Any, group: int) -> None:
@@ -404,7 +454,14 @@ class Conv2d(_ConvBase):
         if min(self.out_hw) < 1:
             raise self.error(f"kernel {kh}x{kw} (dilation {self.dilation}) exceeds the padded input", x, W)
         self.x, self.x_shape, self.W, self.has_bias = x, x.shape, W, b is not None
-        if cg == 1 and self.group > 1:
+        depthwise = cg == 1 and self.group > 1
+        # Not recording (inference, no_grad) and not a graph-mode replay: no backward follows.
+        inference = not autograd.is_recording() and not self.needs_grad
+        if inference and x.shape[0] == 1 and not depthwise:
+            return _conv_one_image(
+                self.xp, x, W, b, self.pads, self.stride, self.dilation, self.out_hw, self.group
+            )
+        if depthwise:
             y = self._depthwise_forward(x, W)
             if b is not None:
                 y += b.reshape(1, O, 1, 1)

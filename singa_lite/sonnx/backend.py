@@ -17,6 +17,7 @@ node whose inputs are all constants (weight re-layouts, shape arithmetic on cons
 
 from __future__ import annotations
 
+import copy
 import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
@@ -234,6 +235,24 @@ class Program:
             raise OnnxError(f"aux_output {missing} are not tensors computed before the cut")
         return [env[name] for name in [*names, *aux_output]]
 
+    def fused(self) -> Program:
+        """A copy of this program for inference only, with chains of per-channel affine nodes
+        folded (see ``_AffineChains``). The copy shares this program's constants."""
+        chains = _AffineChains(self)
+        out = copy.copy(self)
+        out.constants = dict(self.constants)
+        out.nodes, out.handlers, out.folded = [], [], []
+        for k, (node, fn, folded) in enumerate(zip(self.nodes, self.handlers, self.folded)):
+            if k in chains.dropped:
+                continue
+            node, fn = chains.replaced.get(k, (node, fn))
+            out.nodes.append(node)
+            out.handlers.append(fn)
+            out.folded.append(folded)
+        out.constants.update(chains.constants)
+        out.last_use = out._last_uses()
+        return out
+
     def feeds(self, inputs: Any) -> dict[str, Tensor]:
         """Graph inputs by name from a list (in graph order), a dict, or one array/tensor."""
         if isinstance(inputs, Mapping):
@@ -261,11 +280,165 @@ class Program:
         return self.tensor(v, name)
 
 
+class _AffineChains:
+    """Chains of per-channel affine nodes found in a program, and what replaces them.
+
+    An inference-mode BatchNormalization is ``y = a * x + c`` per channel, and so is a Mul or
+    Add by a constant that varies along the channel axis only (caffe2 exports put one of each
+    after every BN). A chain of them right after a Conv with constant weights is folded into
+    the Conv: ``W' = a W`` and ``B' = a B + c`` (resnet, inception, shufflenet: one node left
+    of each Conv + BN [+ Mul + Add]). A chain after anything else (densenet's pre-activation
+    BNs) becomes one ``x * a + c`` node. Only ``SingaRep``'s inference program is rewritten: a
+    ``SONNXModel`` keeps its BNs and weights separate and trainable.
+
+    ``dropped`` are the indices of nodes to remove; ``replaced`` maps a node index to its new
+    ``(node, handler)``; ``constants`` are the folded weights by their new names.
+    """
+
+    def __init__(self, program: Program) -> None:
+        self.program = program
+        self.dropped: set[int] = set()
+        self.replaced: dict[int, tuple[Node, Callable]] = {}
+        self.constants: dict[str, Tensor] = {}
+        self.readers: dict[str, list[int]] = {}
+        for k, node in enumerate(program.nodes):
+            for name in node.inputs:
+                self.readers.setdefault(name, []).append(k)
+        for k, node in enumerate(program.nodes):
+            if not program.folded[k] and k not in self.dropped:
+                self._fold_from(k, node)
+
+    def _const(self, name: str) -> np.ndarray | None:
+        t = self.program.constants.get(name) if name else None
+        return None if t is None else t.numpy()
+
+    def _fold_from(self, k: int, node: Node) -> None:
+        """Fold the chain of affine nodes after node ``k``, a Conv or a BatchNormalization."""
+        W = self._const(node.inputs[1]) if node.op == "Conv" and len(node.inputs) > 1 else None
+        if W is not None and W.dtype.kind == "f" and W.ndim == 4:
+            if len(node.inputs) > 2 and node.inputs[2] and self._const(node.inputs[2]) is None:
+                return
+            a, c, chain = np.ones(W.shape[0]), np.zeros(W.shape[0]), []
+        elif node.op == "BatchNormalization" and (step := self._bn(node, None)) is not None:
+            (a, c), chain, W = step, [k], None
+        else:
+            return
+        while True:
+            out = self.program.nodes[chain[-1] if chain else k].outputs
+            readers = self.readers.get(out[0], []) if len(out) == 1 else []
+            if len(readers) != 1 or out[0] in self.program.outputs:
+                break
+            step = self._step(self.program.nodes[readers[0]], out[0], len(a), 4)
+            if step is None:
+                break
+            a, c = a * step[0], c * step[0] + step[1]
+            chain.append(readers[0])
+        if W is not None and chain:
+            self._into_conv(k, node, W, a, c, chain)
+        elif chain:
+            self._as_affine(chain, a, c)
+
+    def _step(self, node: Node, x: str, channels: int, rank: int) -> tuple | None:
+        """``(a, c)`` (float64, per channel) if ``node`` is ``a * x + c`` of input ``x``."""
+        if node.op == "BatchNormalization":
+            step = self._bn(node, x)
+            return step if step is not None and len(step[0]) == channels else None
+        if node.op not in ("Mul", "Add") or len(node.inputs) != 2 or node.inputs.count(x) != 1:
+            return None
+        other = self._const(node.inputs[1 - node.inputs.index(x)])
+        v = None if other is None else _per_channel(other, channels, rank)
+        if v is None:
+            return None
+        return (v, np.zeros(channels)) if node.op == "Mul" else (np.ones(channels), v)
+
+    def _bn(self, node: Node, x: str | None) -> tuple | None:
+        if node.attr("training_mode", 0) or node.n_outputs != 1 or (x is not None and node.inputs[0] != x):
+            return None
+        params = [self._const(name) for name in node.inputs[1:5]]
+        if len(params) != 4 or any(p is None or p.ndim != 1 or p.dtype.kind != "f" for p in params):
+            return None
+        scale, bias, mean, var = (p.astype(np.float64) for p in params)  # type: ignore[union-attr]
+        a = scale / np.sqrt(var + node.attr("epsilon", 1e-5))
+        return a, bias - mean * a
+
+    def _into_conv(self, k: int, node: Node, W: np.ndarray, a: Any, c: Any, chain: list[int]) -> None:
+        B = self._const(node.inputs[2]) if len(node.inputs) > 2 and node.inputs[2] else None
+        w_name, b_name = f"{node.outputs[0]}::folded_W", f"{node.outputs[0]}::folded_B"
+        folded_W = W.astype(np.float64) * a.reshape(-1, 1, 1, 1)
+        folded_B = c if B is None else B.astype(np.float64) * a + c
+        self.constants[w_name] = self.program.tensor(folded_W.astype(W.dtype), w_name)
+        self.constants[b_name] = self.program.tensor(folded_B.astype(W.dtype), b_name)
+        new = copy.copy(node)
+        new.inputs = [node.inputs[0], w_name, b_name]
+        new.outputs = list(self.program.nodes[chain[-1]].outputs)
+        self.replaced[k] = (new, self.program.handlers[k])
+        self.dropped.update(chain)
+
+    def _as_affine(self, chain: list[int], a: Any, c: Any) -> None:
+        nodes = [self.program.nodes[k] for k in chain]
+        first = nodes[0]
+        new = copy.copy(first)
+        new.inputs = [first.inputs[0]]
+        new.outputs = list(nodes[-1].outputs)
+        steps = [(n, self.program.handlers[k]) for n, k in zip(nodes, chain)]
+        self.replaced[chain[0]] = (new, _AffineHandler(self.program, steps, a, c))
+        self.dropped.update(chain[1:])
+
+
+def _per_channel(v: np.ndarray, channels: int, rank: int) -> np.ndarray | None:
+    """``v`` as ``(channels,)`` float64 if, broadcast against an ``(N, C, ...)`` array of
+    ``rank`` dims, it varies along the channel axis only (and so leaves the shape as it is)."""
+    if v.ndim > rank or v.dtype.kind != "f":
+        return None
+    shape = (1,) * (rank - v.ndim) + v.shape
+    if any(d != 1 for i, d in enumerate(shape) if i != 1) or shape[1] not in (1, channels):
+        return None
+    return np.broadcast_to(v.reshape(-1).astype(np.float64), (channels,)).copy()
+
+
+class _AffineHandler:
+    """``y = x * a + c`` per channel: a folded chain of BatchNormalization/Mul/Add nodes.
+
+    The fold assumed a 4-D ``(N, C, H, W)`` input, which the graph does not promise: any other
+    input runs the original nodes one after another.
+    """
+
+    def __init__(self, program: Program, steps: list[tuple[Node, Callable]], a: Any, c: Any) -> None:
+        self.program, self.steps, self.channels = program, steps, len(a)
+        dtype = program.constants[steps[0][0].inputs[1]].dtype
+        self.a = program.tensor(a.astype(dtype).reshape(1, -1, 1, 1), "affine_scale").data
+        self.c = program.tensor(c.astype(dtype).reshape(1, -1, 1, 1), "affine_shift").data
+
+    def __call__(self, node: Node, x: Tensor) -> Tensor:
+        if x.ndim() != 4 or x.shape[1] != self.channels or x.dtype != self.a.dtype:
+            return self._unfused(x)
+        y = x.data * self.a
+        y += self.c
+        return Tensor._wrap(y, x.device, False, None, 0)
+
+    def _unfused(self, x: Tensor) -> Tensor:
+        env, value = self.program.constants, x
+        for node, fn in self.steps:
+            args = [value if i == self._input_of(node) else env.get(i) if i else None for i in node.inputs]
+            value = self.program._call(node, fn, args)[0]
+        return value
+
+    def _input_of(self, node: Node) -> str:
+        first = self.steps[0][0]
+        if node is first:
+            return first.inputs[0]
+        prev = self.steps[[n for n, _ in self.steps].index(node) - 1][0]
+        return prev.outputs[0]
+
+
 class SingaRep(BackendRep):
     """A prepared ONNX model: ``run(inputs, last_layers=-1, aux_output=())`` -> list of Tensors."""
 
     def __init__(self, program: Program) -> None:
         self.program = program
+        # BatchNorms (and per-channel Mul/Add) folded into Convs: the graph run when the whole
+        # model is asked for; a cut (last_layers) or aux_output may name a tensor folded away.
+        self.inference_program = program.fused()
 
     @property
     def inputs(self) -> list[str]:
@@ -288,6 +461,8 @@ class SingaRep(BackendRep):
         autograd.training = False
         try:
             with autograd.no_grad():
+                if last_layers == -1 and not aux_output:
+                    return self.inference_program.run(feeds)
                 return self.program.run(feeds, None, last_layers, aux_output)
         finally:
             autograd.training = old

@@ -1,0 +1,185 @@
+"""Inference fast paths of ``sonnx.prepare``: the batch-1 channels-first conv and the folding of
+BatchNormalization (and per-channel Mul/Add) chains, checked against the general conv path and
+against onnxruntime."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from singa_lite import autograd, tensor
+from singa_lite.ops import conv as conv_mod
+from singa_lite.ops.conv import Conv2d
+from singa_lite.sonnx import prepare
+
+# (C, O, H, W, kernel, stride, padding (t, b, l, r), dilation, group)
+CASES = [
+    (3, 5, 7, 9, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 1),
+    (4, 6, 5, 5, (1, 1), (1, 1), (0, 0, 0, 0), (1, 1), 1),  # 1x1: no im2col
+    (4, 6, 5, 5, (1, 1), (1, 1), (0, 0, 0, 0), (1, 1), 2),  # grouped 1x1
+    (6, 4, 11, 8, (1, 1), (2, 2), (0, 0, 0, 0), (1, 1), 1),  # strided 1x1
+    (2, 3, 13, 10, (5, 3), (2, 3), (2, 1, 0, 2), (1, 1), 1),  # odd sizes, asymmetric pads
+    (6, 9, 9, 7, (3, 2), (1, 2), (1, 0, 1, 1), (2, 1), 3),  # dilated, grouped
+]
+
+
+def _forward(op: Conv2d, x: np.ndarray, W: np.ndarray, b: np.ndarray) -> np.ndarray:
+    op.xp = np
+    return op.forward(x, W, b)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("case", CASES)
+def test_one_image_conv_matches_general_path(case: tuple, dtype: type) -> None:
+    C, O, H, Wd, k, s, p, d, g = case
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((1, C, H, Wd)).astype(dtype)
+    W = rng.standard_normal((O, C // g, *k)).astype(dtype)
+    b = rng.standard_normal(O).astype(dtype)
+    general = Conv2d(s, p, d, g)
+    general.needs_grad = (True, True, True)  # as when recorded: the blocked NHWC path
+    fast = Conv2d(s, p, d, g)
+    y_general = _forward(general, x, W, b)
+    y_fast = _forward(fast, x, W, b)
+    assert hasattr(general, "cols") and not hasattr(fast, "cols")  # each took its own path
+    assert y_fast.dtype == dtype and y_fast.flags.c_contiguous
+    tol = 1e-5 if dtype == np.float32 else 1e-12
+    np.testing.assert_allclose(y_fast, y_general, rtol=tol, atol=tol)
+
+
+def test_one_image_conv_in_bands(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A column matrix over the band size is made a few output rows at a time."""
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((1, 3, 17, 6)).astype(np.float32)
+    W = rng.standard_normal((4, 3, 3, 3)).astype(np.float32)
+    whole = _forward(Conv2d(1, 1), x, W, None)
+    monkeypatch.setattr(conv_mod, "_BAND_BYTES", 3 * 9 * 6 * 4 * 2)  # two rows per band
+    banded = _forward(Conv2d(1, 1), x, W, None)
+    np.testing.assert_allclose(banded, whole, rtol=1e-6, atol=1e-6)
+
+
+def test_recorded_batch_one_conv_keeps_the_backward_path() -> None:
+    """While recording, batch 1 keeps the path that saves what backward needs."""
+    rng = np.random.default_rng(2)
+    x = tensor.from_numpy(rng.standard_normal((1, 2, 5, 5)))
+    W = tensor.from_numpy(rng.standard_normal((3, 2, 3, 3)))
+    W.requires_grad = W.stores_grad = True
+    old, autograd.training = autograd.training, True
+    try:
+        y = conv_mod.conv2d(x, W, padding=1)
+        (dW,) = autograd.gradients(y).values()
+    finally:
+        autograd.training = old
+    assert hasattr(y.creator, "cols")
+    # d(sum y)/dW[o, c, i, j] is the sum of the input under tap (i, j) of every window
+    xpad = np.pad(x.numpy()[0], ((0, 0), (1, 1), (1, 1)))
+    taps = np.array([[xpad[:, i : i + 5, j : j + 5].sum((1, 2)) for j in range(3)] for i in range(3)])
+    np.testing.assert_allclose(dW.numpy(), np.broadcast_to(taps.transpose(2, 0, 1), (3, 2, 3, 3)))
+
+
+# -- BatchNormalization folding ---------------------------------------------------------------
+def _model(nodes: list, inits: dict, x_shape: list, opset: int = 13) -> object:
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, x_shape)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [])],
+        [numpy_helper.from_array(v, k) for k, v in inits.items()],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+
+
+def _bn_params(prefix: str, c: int, rng: np.random.Generator) -> dict:
+    return {
+        f"{prefix}s": rng.uniform(0.5, 2, c).astype(np.float32),
+        f"{prefix}b": rng.standard_normal(c).astype(np.float32),
+        f"{prefix}m": rng.standard_normal(c).astype(np.float32),
+        f"{prefix}v": rng.uniform(0.1, 3, c).astype(np.float32),
+    }
+
+
+def _bn(prefix: str, x: str, y: str) -> object:
+    return helper.make_node(
+        "BatchNormalization", [x, f"{prefix}s", f"{prefix}b", f"{prefix}m", f"{prefix}v"], [y], epsilon=1e-3
+    )
+
+
+def _check_against_ort(model: object, x: np.ndarray) -> tuple:
+    rep = prepare(model)
+    ours = rep.run([x])[0].numpy()
+    ref = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(
+        None, {"x": x}
+    )[0]
+    np.testing.assert_allclose(ours, ref, rtol=1e-5, atol=1e-5 * float(np.abs(ref).max()))
+    return rep, ours
+
+
+def test_conv_bn_mul_add_folds_into_the_conv_exactly() -> None:
+    rng = np.random.default_rng(3)
+    inits = {
+        "W": rng.standard_normal((6, 3, 3, 3)).astype(np.float32),
+        "B": rng.standard_normal(6).astype(np.float32),
+        "sc": rng.uniform(0.5, 2, (6, 1, 1)).astype(np.float32),
+        "sh": rng.standard_normal((1, 6, 1, 1)).astype(np.float32),
+        **_bn_params("bn", 6, rng),
+    }
+    nodes = [
+        helper.make_node("Conv", ["x", "W", "B"], ["c"], pads=[1, 1, 1, 1]),
+        _bn("bn", "c", "n"),
+        helper.make_node("Mul", ["n", "sc"], ["m"]),
+        helper.make_node("Add", ["sh", "m"], ["a"]),
+        helper.make_node("Relu", ["a"], ["y"]),
+    ]
+    x = rng.standard_normal((1, 3, 9, 7)).astype(np.float32)
+    rep, _ = _check_against_ort(_model(nodes, inits, [1, 3, 9, 7]), x)
+    assert [n.op for n in rep.inference_program.nodes] == ["Conv", "Relu"]
+    # aux_output may name a tensor folded away: it runs the graph as written
+    c = rep.run([x], aux_output=["c"])[1].numpy()
+    W, B = (rep.program.constants[k] for k in ("W", "B"))
+    plain = conv_mod.conv2d(tensor.from_numpy(x), W, B, padding=1).numpy()
+    np.testing.assert_allclose(c, plain, rtol=1e-6, atol=1e-6)
+    assert not np.allclose(c, rep.run([x], aux_output=["a"])[1].numpy())
+
+
+def test_standalone_bn_chain_is_one_affine_node() -> None:
+    """densenet's pre-activation BN -> Mul -> Add -> Relu -> Conv: the BN cannot go into a conv."""
+    rng = np.random.default_rng(4)
+    inits = {
+        "W": rng.standard_normal((4, 5, 1, 1)).astype(np.float32),
+        "sc": rng.uniform(0.5, 2, (5, 1, 1)).astype(np.float32),
+        "sh": rng.standard_normal((5, 1, 1)).astype(np.float32),
+        **_bn_params("bn", 5, rng),
+    }
+    nodes = [
+        _bn("bn", "x", "n"),
+        helper.make_node("Mul", ["n", "sc"], ["m"]),
+        helper.make_node("Add", ["m", "sh"], ["a"]),
+        helper.make_node("Relu", ["a"], ["r"]),
+        helper.make_node("Conv", ["r", "W"], ["y"]),
+    ]
+    x = rng.standard_normal((1, 5, 6, 6)).astype(np.float32)
+    rep, _ = _check_against_ort(_model(nodes, inits, [1, 5, 6, 6]), x)
+    assert [n.op for n in rep.inference_program.nodes] == ["BatchNormalization", "Relu", "Conv"]
+
+
+def test_affine_node_on_a_3d_input_runs_the_original_nodes() -> None:
+    rng = np.random.default_rng(5)
+    inits = _bn_params("bn", 4, rng)
+    nodes = [_bn("bn", "x", "y")]
+    x = rng.standard_normal((2, 4, 7)).astype(np.float32)
+    _check_against_ort(_model(nodes, inits, [2, 4, 7]), x)
+
+
+def test_bn_with_two_readers_or_graph_output_is_not_folded() -> None:
+    rng = np.random.default_rng(6)
+    inits = {"W": rng.standard_normal((3, 2, 1, 1)).astype(np.float32), **_bn_params("bn", 3, rng)}
+    nodes = [
+        helper.make_node("Conv", ["x", "W"], ["c"]),
+        _bn("bn", "c", "n"),
+        helper.make_node("Add", ["c", "n"], ["y"]),  # the conv output is read twice
+    ]
+    x = rng.standard_normal((1, 2, 4, 4)).astype(np.float32)
+    rep, _ = _check_against_ort(_model(nodes, inits, [1, 2, 4, 4]), x)
+    assert [n.op for n in rep.inference_program.nodes] == ["Conv", "BatchNormalization", "Add"]
