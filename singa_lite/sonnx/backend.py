@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import copy
 import os
+import stat
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
@@ -46,11 +47,15 @@ def load_model(model: Any) -> ModelProto:
         proto = model
     else:
         if isinstance(model, (str, os.PathLike)):
+            path = os.fspath(model)
             try:
-                with open(model, "rb") as f:
+                # Only regular files: opening a FIFO would block forever.
+                if not stat.S_ISREG(os.stat(path).st_mode):
+                    raise OnnxError(f"ONNX model {path!r} is not a regular file")
+                with open(path, "rb") as f:
                     model = f.read()
             except OSError as e:
-                raise OnnxError(f"cannot read ONNX model {os.fspath(model)!r}: {e}") from e
+                raise OnnxError(f"cannot read ONNX model {path!r}: {e}") from e
         if not isinstance(model, (bytes, bytearray, memoryview)):
             raise TypeError(f"prepare: expected a ModelProto, bytes or a path, got {type(model).__name__}")
         try:

@@ -3,6 +3,8 @@ and errors for unsupported operators and malformed models."""
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import onnx
 import pytest
@@ -145,6 +147,15 @@ def test_garbage_bytes_and_missing_files_raise_onnx_error(tmp_path: object) -> N
         prepare(b"\x08\x07 definitely not a protobuf \xff\xff\xff")
     with pytest.raises(OnnxError, match="cannot read"):
         prepare(str(tmp_path) + "/missing.onnx")  # type: ignore[operator]
+
+
+def test_fifo_and_directory_paths_raise_instead_of_hanging(tmp_path) -> None:
+    fifo = tmp_path / "model.onnx"
+    os.mkfifo(fifo)
+    with pytest.raises(OnnxError, match="not a regular file"):
+        prepare(str(fifo))
+    with pytest.raises(OnnxError, match="not a regular file"):
+        prepare(tmp_path)
 
 
 def test_model_file_path_is_accepted(tmp_path: object) -> None:
