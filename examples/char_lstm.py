@@ -1,6 +1,6 @@
 """A character-level LSTM on the public-domain text shipped with singa_lite.
 
-    python examples/char_lstm.py [--steps 300]
+    python examples/char_lstm.py [--steps 250]
 
 Trains an Embedding -> LSTM -> Linear model to predict the next character, then samples
 some text from it. SINGA's LSTM call convention: lstm(xs, (h0, c0)) -> (outputs, h, c).
@@ -59,7 +59,7 @@ def sample(m: CharLSTM, chars: list[str], c2i: dict[str, int], prime: str, n: in
 
 def main() -> None:
     p = argparse.ArgumentParser()
-    p.add_argument("--steps", type=int, default=300)
+    p.add_argument("--steps", type=int, default=250)
     p.add_argument("--seq-len", type=int, default=48)
     p.add_argument("--batch-size", type=int, default=32)
     args = p.parse_args()
