@@ -382,6 +382,8 @@ def _conv_one_image(
     Wm, ym = W.reshape(group, og, K), y.reshape(group, og, Ho * Wo)
     if kh == kw == 1 and (sh, sw) == (1, 1):
         _gemm_into(xp, Wm, img.reshape(group, cg, Ho * Wo), ym)
+    elif _kn2row_wins(W, stride, group):
+        _kn2row_into(xp, img, W, dilation, y[0])
     else:
         sC, sH, sW = img.strides
         win = xp.lib.stride_tricks.as_strided(
@@ -397,6 +399,35 @@ def _conv_one_image(
     if b is not None:
         y += b.reshape(1, O, 1, 1)
     return y
+
+
+def _kn2row_wins(W: Any, stride: tuple, group: int) -> bool:
+    """Whether ``_kn2row_into`` beats im2col for this batch-1 conv.
+
+    kn2row moves ``kh*kw*O`` values per pixel where im2col moves ``kh*kw*C``, but multiplies
+    the padding ring as well: on real shapes (densenet's 128 -> 32 3x3 convs) it measured
+    0.4-0.7x im2col's time with ``O <= C/2``, and equal to 3.8x slower from ``O = C`` up.
+    """
+    O, C, kh, kw = W.shape
+    return group == 1 and stride == (1, 1) and kh * kw > 1 and 2 * O <= C
+
+
+def _kn2row_into(xp: Any, img: Any, W: Any, dilation: tuple, out: Any) -> None:
+    """``out (O, Ho, Wo)`` = stride-1 conv of padded ``img (C, Hp, Wp)``, without im2col.
+
+    One GEMM ``(kh*kw*O, C) @ (C, Hp*Wp)`` gives every tap's contribution at every padded
+    pixel; the output is then the sum over taps of shifted ``(O, Ho, Wo)`` windows of it.
+    """
+    O, C, kh, kw = W.shape
+    (dh, dw), (_, Ho, Wo), (_, Hp, Wp) = dilation, out.shape, img.shape
+    Wt = W.transpose(2, 3, 0, 1).reshape(kh * kw * O, C)  # taps major: a copy of the weight only
+    Z = xp.matmul(Wt, img.reshape(C, Hp * Wp)).reshape(kh * kw, O, Hp, Wp)
+    shifted = [
+        Z[i * kw + j, :, i * dh : i * dh + Ho, j * dw : j * dw + Wo] for i in range(kh) for j in range(kw)
+    ]
+    xp.add(shifted[0], shifted[1], out=out)
+    for tap in shifted[2:]:
+        out += tap
 
 
 def _gemm_into(xp: Any, a: Any, b: Any, out: Any) -> None:

@@ -143,6 +143,25 @@ class _Window:
         ]
         return [(slice(None), slice(None), *t) for t in itertools.product(*axes)]
 
+    def reduce_separably(self, xp: Any, xpad: Any, out: Sequence[int], op: Any) -> Any:
+        """``op`` (``xp.maximum``, ``xp.add``) over every window of padded ``xpad``, one axis
+        at a time: ``sum(kernel)`` passes instead of ``prod(kernel)`` (4 against 8 for a 3x3
+        window), the later ones over an input already shrunk by the stride. The result is a new
+        array. Forward-only: the per-tap argmax a recorded max pool keeps needs the full sweep.
+        """
+        y = xpad
+        for axis, (k, s, d, o) in enumerate(zip(self.kernel, self.stride, self.dilation, out)):
+            lead = (slice(None),) * (axis + 2)
+            views = [y[lead + (slice(i * d, i * d + (o - 1) * s + 1, s),)] for i in range(k)]
+            if k == 1:
+                y = views[0]
+                continue
+            acc = op(views[0], views[1])
+            for v in views[2:]:
+                op(acc, v, out=acc)
+            y = acc
+        return y if y.base is None else y.copy()  # a view of the input when every k is 1
+
     def overlapping(self) -> bool:
         return any(d * (k - 1) + 1 > s for k, s, d in zip(self.kernel, self.stride, self.dilation))
 
@@ -180,18 +199,19 @@ class MaxPool(_Pool):
         xp = self.xp
         low = -xp.inf if x.dtype.kind == "f" else xp.iinfo(x.dtype).min
         xpad, taps = self.prepare(x, low)
+        if not autograd.is_recording():  # inference: no argmax to keep
+            self.arg = None
+            return self.win.reduce_separably(xp, xpad, self.out, xp.maximum)
         y = xpad[taps[0]].copy()
-        track = autograd.is_recording()
         # The tap index of each window's maximum; int8 keeps backward's memory traffic low.
-        self.arg = xp.zeros(y.shape, xp.int8 if len(taps) < 128 else xp.int32) if track else None
+        self.arg = xp.zeros(y.shape, xp.int8 if len(taps) < 128 else xp.int32)
         for t, tap in enumerate(taps[1:], 1):
             v = xpad[tap]
-            if track:
-                # Taps come in increasing order, so max(arg, t * (v > y)) sets arg to t exactly
-                # where v is a new strict maximum (ties keep the first tap); a masked copy is
-                # several times slower on NumPy.
-                hit = (v > y).astype(self.arg.dtype) * self.arg.dtype.type(t)
-                xp.maximum(self.arg, hit, out=self.arg)
+            # Taps come in increasing order, so max(arg, t * (v > y)) sets arg to t exactly
+            # where v is a new strict maximum (ties keep the first tap); a masked copy is
+            # several times slower on NumPy.
+            hit = (v > y).astype(self.arg.dtype) * self.arg.dtype.type(t)
+            xp.maximum(self.arg, hit, out=self.arg)
             xp.maximum(y, v, out=y)
         self.taps = taps
         return y
@@ -226,9 +246,12 @@ class AvgPool(_Pool):
             raise DTypeError(f"{self.name}: needs a floating-point input, got {x.dtype}")
         xpad, taps = self.prepare(x, 0)
         acc = x.dtype if x.dtype.itemsize >= 4 else self.xp.float32  # sum float16 in float32
-        y = xpad[taps[0]].astype(acc)
-        for tap in taps[1:]:
-            y += xpad[tap]
+        if autograd.is_recording() or acc != x.dtype:
+            y = xpad[taps[0]].astype(acc)
+            for tap in taps[1:]:
+                y += xpad[tap]
+        else:  # inference: window sums axis by axis (same sums, another rounding order)
+            y = self.win.reduce_separably(self.xp, xpad, self.out, self.xp.add)
         self.taps = taps
         self.scale = self._inverse_counts(acc)
         y *= self.scale

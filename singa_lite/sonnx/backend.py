@@ -255,6 +255,7 @@ class Program:
             out.handlers.append(fn)
             out.folded.append(folded)
         out.constants.update(chains.constants)
+        _InPlace.rewrite(out)
         out.last_use = out._last_uses()
         return out
 
@@ -434,6 +435,59 @@ class _AffineHandler:
             return first.inputs[0]
         prev = self.steps[[n for n, _ in self.steps].index(node) - 1][0]
         return prev.outputs[0]
+
+
+class _InPlace:
+    """Relu and residual Add/Sum nodes of an inference program that may overwrite an input.
+
+    A Conv (or a folded affine chain) returns a new array that nothing else holds; if its one
+    reader is a Relu, or a two-input Add/Sum of equal shapes, that reader can write into it
+    instead of allocating (a fresh multi-megabyte array costs its page faults on every run:
+    measured 1.5-2x the in-place pass). An in-place node's output is its input's array, so it is
+    a fresh producer in turn (resnet's Conv -> Sum -> Relu). Graph outputs are never written.
+    """
+
+    def __init__(self, fn: Callable, op: str, slot: int) -> None:
+        self.fn, self.op, self.slot = fn, op, slot
+
+    @classmethod
+    def rewrite(cls, program: Program) -> None:
+        """Swap in in-place handlers where ``program``'s reader counts allow it."""
+        readers: dict[str, int] = {}
+        for node in program.nodes:
+            for name in node.inputs:
+                readers[name] = readers.get(name, 0) + 1
+        fresh: set[str] = set()  # arrays only their one reader will see
+        for k, (node, fn) in enumerate(zip(program.nodes, program.handlers)):
+            if program.folded[k] or len(node.outputs) != 1:
+                continue
+            owned = [
+                i
+                for i, name in enumerate(node.inputs)
+                if name in fresh and readers[name] == 1 and name not in program.outputs
+            ]
+            if node.op == "Relu" and owned:
+                program.handlers[k] = cls(fn, "Relu", 0)
+            elif node.op in ("Add", "Sum") and len(node.inputs) == 2 and owned:
+                program.handlers[k] = cls(fn, "Add", owned[0])
+            elif not (fn is HANDLERS["Conv"] or isinstance(fn, _AffineHandler)):
+                continue
+            fresh.add(node.outputs[0])
+
+    def __call__(self, node: Node, *args: Tensor) -> Tensor:
+        x = args[self.slot]
+        a = x.data
+        if a.dtype.kind != "f":
+            return self.fn(node, *args)
+        xp = x.device.xp
+        if self.op == "Relu":
+            xp.maximum(a, 0, out=a)
+            return x
+        other = args[1 - self.slot]
+        if other.shape != x.shape or other.dtype != x.dtype:  # broadcasting would change the shape
+            return self.fn(node, *args)
+        xp.add(a, other.data, out=a)
+        return x
 
 
 class SingaRep(BackendRep):

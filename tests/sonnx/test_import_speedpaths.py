@@ -11,6 +11,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from singa_lite import autograd, tensor
 from singa_lite.ops import conv as conv_mod
+from singa_lite.ops import pool as pool_mod
 from singa_lite.ops.conv import Conv2d
 from singa_lite.sonnx import prepare
 
@@ -22,6 +23,8 @@ CASES = [
     (6, 4, 11, 8, (1, 1), (2, 2), (0, 0, 0, 0), (1, 1), 1),  # strided 1x1
     (2, 3, 13, 10, (5, 3), (2, 3), (2, 1, 0, 2), (1, 1), 1),  # odd sizes, asymmetric pads
     (6, 9, 9, 7, (3, 2), (1, 2), (1, 0, 1, 1), (2, 1), 3),  # dilated, grouped
+    (8, 3, 7, 9, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 1),  # O <= C/2: kn2row
+    (9, 4, 10, 7, (3, 2), (1, 1), (2, 0, 1, 1), (2, 1), 1),  # kn2row, dilated, asymmetric pads
 ]
 
 
@@ -47,6 +50,14 @@ def test_one_image_conv_matches_general_path(case: tuple, dtype: type) -> None:
     assert y_fast.dtype == dtype and y_fast.flags.c_contiguous
     tol = 1e-5 if dtype == np.float32 else 1e-12
     np.testing.assert_allclose(y_fast, y_general, rtol=tol, atol=tol)
+
+
+def test_kn2row_is_taken_only_for_narrow_stride_one_convs() -> None:
+    W = np.zeros((3, 8, 3, 3))
+    assert conv_mod._kn2row_wins(W, (1, 1), 1)
+    assert not conv_mod._kn2row_wins(W, (2, 2), 1)  # strided: kn2row would compute every pixel
+    assert not conv_mod._kn2row_wins(np.zeros((8, 8, 3, 3)), (1, 1), 1)  # as wide as its input
+    assert not conv_mod._kn2row_wins(np.zeros((3, 8, 1, 1)), (1, 1), 1)
 
 
 def test_one_image_conv_in_bands(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -183,3 +194,91 @@ def test_bn_with_two_readers_or_graph_output_is_not_folded() -> None:
     x = rng.standard_normal((1, 2, 4, 4)).astype(np.float32)
     rep, _ = _check_against_ort(_model(nodes, inits, [1, 2, 4, 4]), x)
     assert [n.op for n in rep.inference_program.nodes] == ["Conv", "BatchNormalization", "Add"]
+
+
+# -- separable pooling (inference) ------------------------------------------------------------
+# (input shape, kernel, stride, padding (begin, end per axis), dilation, ceil_mode)
+POOLS = [
+    ((1, 3, 9, 11), 3, 2, (0, 1, 0, 1), 1, False),  # inception's asymmetric-pad max pool
+    ((2, 4, 7, 8), (3, 2), 1, (1, 1, 0, 1), 1, True),
+    ((1, 2, 13, 10), (2, 3), (3, 2), 0, (2, 1), True),  # dilated, ceil mode, odd sizes
+    ((1, 2, 9), 4, 3, (1, 2), 1, False),  # 1-D
+    ((1, 2, 5, 6, 7), (2, 3, 1), (1, 2, 1), 0, 1, False),  # 3-D, a kernel axis of 1
+]
+
+
+def _pool(kind: str, x: np.ndarray, case: tuple, recording: bool) -> np.ndarray:
+    _, k, s, p, d, ceil = case
+    old, autograd.training = autograd.training, recording
+    try:
+        t = tensor.from_numpy(x)
+        t.requires_grad = recording
+        if kind == "max":
+            return pool_mod.max_pool(t, k, s, p, d, ceil).numpy()
+        return pool_mod.avg_pool(t, k, s, p, ceil, True, d).numpy()
+    finally:
+        autograd.training = old
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("kind", ["max", "avg"])
+@pytest.mark.parametrize("case", POOLS)
+def test_separable_pool_matches_the_tap_sweep(case: tuple, kind: str, dtype: type) -> None:
+    x = np.random.default_rng(7).standard_normal(case[0]).astype(dtype)
+    swept = _pool(kind, x, case, recording=True)  # the full tap sweep backward needs
+    separable = _pool(kind, x, case, recording=False)
+    assert separable.dtype == dtype and separable.flags.c_contiguous
+    if kind == "max":
+        np.testing.assert_array_equal(separable, swept)
+    else:
+        tol = 1e-5 if dtype == np.float32 else 1e-12
+        np.testing.assert_allclose(separable, swept, rtol=tol, atol=tol)
+
+
+# -- in-place Relu / residual Add -------------------------------------------------------------
+def _residual_model(extra_out: bool = False, bias_shape: tuple = (1, 4, 5, 5)) -> object:
+    rng = np.random.default_rng(8)
+    inits = {
+        "W1": rng.standard_normal((4, 4, 3, 3)).astype(np.float32),
+        "W2": rng.standard_normal((4, 4, 1, 1)).astype(np.float32),
+        "k": rng.standard_normal(bias_shape).astype(np.float32),
+    }
+    nodes = [
+        helper.make_node("Conv", ["x", "W1"], ["c1"], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c1"], ["r1"]),
+        helper.make_node("Conv", ["r1", "W2"], ["c2"]),
+        helper.make_node("Sum", ["c2", "x"], ["s"]),  # residual: c2 is fresh, x is not
+        helper.make_node("Relu", ["s"], ["r2"]),
+        helper.make_node("Add", ["k", "r2"], ["y"]),  # broadcast when k is smaller
+    ]
+    model = _model(nodes, inits, [1, 4, 5, 5])
+    if extra_out:
+        model.graph.output.append(helper.make_tensor_value_info("c1", TensorProto.FLOAT, []))
+    return model
+
+
+def _handler_kinds(rep: object) -> list:
+    prog = rep.inference_program  # type: ignore[attr-defined]
+    return [type(h).__name__ == "_InPlace" for h in prog.handlers]
+
+
+def test_relu_and_residual_add_run_in_place() -> None:
+    x = np.random.default_rng(9).standard_normal((1, 4, 5, 5)).astype(np.float32)
+    x0 = x.copy()
+    rep, first = _check_against_ort(_residual_model(), x)
+    assert _handler_kinds(rep) == [False, True, False, True, True, True]
+    np.testing.assert_array_equal(x, x0)  # the graph input (the residual) is never written
+    np.testing.assert_array_equal(rep.run([x])[0].numpy(), first)  # nor are the constants
+
+
+def test_in_place_skips_graph_outputs_and_falls_back_on_broadcast() -> None:
+    x = np.random.default_rng(10).standard_normal((1, 4, 5, 5)).astype(np.float32)
+    model = _residual_model(extra_out=True, bias_shape=(4, 1, 1))
+    rep = prepare(model)
+    # c1 is returned as well: the Relu reading it must not overwrite it.
+    assert _handler_kinds(rep) == [False, False, False, True, True, True]
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    ours, ref = rep.run([x]), sess.run(None, {"x": x})
+    assert (ref[1] < 0).any()
+    for a, b in zip(ours, ref):
+        np.testing.assert_allclose(a.numpy(), b, rtol=1e-5, atol=1e-5 * float(np.abs(b).max()))
