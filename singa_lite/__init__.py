@@ -11,6 +11,7 @@ __version__ = "0.1.0"
 
 from singa_lite import autograd, backend, device, errors, ops, tensor
 from singa_lite.errors import (
+    AutogradError,
     CheckpointError,
     CorruptCheckpointError,
     DeviceError,
@@ -27,6 +28,7 @@ from singa_lite.errors import (
 from singa_lite.saving import load, save
 
 __all__ = [
+    "AutogradError",
     "CheckpointError",
     "CorruptCheckpointError",
     "DTypeError",

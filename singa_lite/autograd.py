@@ -22,7 +22,7 @@ import contextlib
 from collections.abc import Iterator
 from typing import Any
 
-from singa_lite.errors import DeviceError, ShapeError
+from singa_lite.errors import AutogradError, DeviceError, ShapeError
 from singa_lite.tensor import Tensor
 
 training = False
@@ -59,6 +59,7 @@ class Operator:
     """
 
     xp: Any = None
+    released = False  # set once backward has freed this op's links to its inputs
     optional_grads: tuple[int, ...] = ()
     """Outputs whose gradient ``backward`` accepts as ``None`` when nothing used them (the
     engine passes zeros to the others), so an unused big output costs no zero array."""
@@ -72,13 +73,7 @@ class Operator:
         dev = _common_device(self, xs)
         self.xp = dev.xp
         self.device = dev
-        ys = self.forward(*[x.data for x in xs])
-        if not isinstance(ys, tuple):
-            ys = (ys,)
-        nd = dev.xp.ndarray
-        if not all(isinstance(y, nd) for y in ys):
-            # NumPy turns 0-d arithmetic into scalars; tensors always hold arrays.
-            ys = tuple(y if isinstance(y, nd) else dev.xp.asarray(y) for y in ys)
+        ys = self.forward_arrays([x.data for x in xs])
         record = training and _grad_enabled and any(x.requires_grad for x in xs)
         if record:
             self.inputs = xs
@@ -90,6 +85,17 @@ class Operator:
             _tape.append((self, xs, outs))
         return outs
 
+    def forward_arrays(self, arrays: list) -> tuple:
+        """``forward`` on backend arrays, always as a tuple of arrays (graph replay uses it too)."""
+        ys = self.forward(*arrays)
+        if not isinstance(ys, tuple):
+            ys = (ys,)
+        nd = self.xp.ndarray
+        if not all(isinstance(y, nd) for y in ys):
+            # NumPy turns 0-d arithmetic into scalars; tensors always hold arrays.
+            ys = tuple(y if isinstance(y, nd) else self.xp.asarray(y) for y in ys)
+        return ys
+
     def forward(self, *xs: Any) -> Any:
         raise TypeError(f"{type(self).__name__} must define forward")
 
@@ -99,6 +105,7 @@ class Operator:
     def release(self) -> None:
         """Drop the links to the inputs once backward has used them."""
         self.inputs = ()
+        self.released = True
 
     def error(self, message: str, *arrays: Any) -> ShapeError:
         """A ``ShapeError`` naming this op and the shapes of ``arrays``."""
@@ -142,6 +149,11 @@ def _topological(root: Operator) -> tuple[list[Operator], dict[int, int]]:
             continue
         if id(op) in seen:
             continue
+        if op.released:
+            raise AutogradError(
+                f"backward: {op.name} was freed by an earlier backward through it; pass "
+                "retain_graph=True to that backward to run another through the same graph"
+            )
         seen.add(id(op))
         stack.append((op, True))
         for x in op.inputs:
@@ -182,7 +194,7 @@ def backward(y: Tensor, dy: Any = None, retain_graph: bool | None = None) -> Ite
     if retain_graph is None:
         retain_graph = _retain_graph
     if y.creator is None:
-        raise RuntimeError(
+        raise AutogradError(
             "backward: this tensor has no recorded graph. Set `autograd.training = True` "
             "(Model.train() does) before the forward pass, and make sure some input has "
             "requires_grad=True."

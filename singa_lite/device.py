@@ -46,6 +46,14 @@ class Device:
         """Accepted for SINGA scripts; singa_lite keeps the level in ``verbosity`` and logs nothing."""
         self.verbosity = int(level)
 
+    def SetSkipIteration(self, n: int) -> None:  # noqa: N802 (SINGA's name)
+        """Accepted for SINGA scripts (its profiler skips the first ``n`` iterations)."""
+        self.skip_iteration = int(n)
+
+    def PrintTimeProfiling(self) -> None:  # noqa: N802 (SINGA's name)
+        """SINGA prints per-op device timings here; singa_lite has no per-op profiler, and says so."""
+        print("singa_lite: no per-operator time profile (use benchmarks/ or cProfile)")
+
     def get_rng_state(self) -> dict:
         return self.backend.rng_state(self.rng)
 
@@ -118,6 +126,10 @@ def create_cuda_gpu() -> Device:
 
 def create_cuda_gpus(num: int) -> list[Device]:
     return [create_cuda_gpu_on(i) for i in range(num)]
+
+
+def create_cuda_gpus_on(device_ids: list[int]) -> list[Device]:
+    return [create_cuda_gpu_on(i) for i in device_ids]
 
 
 def device_of_array(array: Any) -> Device:

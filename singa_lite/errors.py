@@ -24,6 +24,10 @@ class OptimizerError(SingaLiteError, ValueError):
     """A bad optimizer or schedule argument, or a parameter the optimizer cannot track."""
 
 
+class AutogradError(SingaLiteError, RuntimeError):
+    """Backward asked of a graph that was never recorded or was already freed."""
+
+
 class DeviceError(SingaLiteError, RuntimeError):
     """A device is missing, or tensors on different devices were mixed."""
 

@@ -93,6 +93,7 @@ class Model(Layer):
 
     def set_optimizer(self, optimizer: Any) -> None:
         self.optimizer = optimizer
+        self._graph = None  # a recorded step would go on calling the old optimizer
 
     # -- running ----------------------------------------------------------------------------
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
@@ -117,10 +118,14 @@ class Model(Layer):
                 stacklevel=3,
             )
             return self.train_one_batch(*args)
+        # Record on copies of the tensor arguments: they become the graph's own placeholders,
+        # which replays fill in place, so the caller's tensors are never written to and arrays
+        # captured inside ops (index tensors, views) see every new batch.
+        placeholders = tuple(a.clone() if isinstance(a, Tensor) else a for a in args)
         tape: list = []
         autograd._tape, autograd._retain_graph = tape, True
         try:
-            out = self.train_one_batch(*args)
+            out = self.train_one_batch(*placeholders)
         finally:
             autograd._tape, autograd._retain_graph = None, False
         if not any(entry[0] == "step" for entry in tape):
@@ -129,7 +134,7 @@ class Model(Layer):
                 "an optimizer (self.optimizer(loss)) for replays to train",
                 stacklevel=3,
             )
-        self._graph = _Graph(args, tape, out)
+        self._graph = _Graph(placeholders, tape, out)
         return out
 
     # -- checkpoints (the format lives in singa_lite.checkpoint; models never touch files) ---
@@ -214,14 +219,14 @@ class _Graph:
                     or a.device != r.device
                 ):
                     return False
-            elif a is not r and a != r:
+            elif not _same_arg(a, r):
                 return False
         return True
 
     def replay(self, args: tuple) -> Any:
         for a, r in zip(args, self.inputs):
-            if isinstance(r, Tensor) and a is not r:
-                r.data = a.data
+            if isinstance(r, Tensor):
+                r.data[...] = a.data
         autograd._retain_graph = True
         try:
             for entry in self.tape:
@@ -229,15 +234,21 @@ class _Graph:
                     entry[1](*entry[2])
                     continue
                 op, xs, outs = entry
-                ys = op.forward(*[x.data for x in xs])
-                if isinstance(ys, tuple):
-                    for o, y in zip(outs, ys):
-                        o.data = y
-                else:
-                    outs[0].data = ys
+                for o, y in zip(outs, op.forward_arrays([x.data for x in xs])):
+                    o.data = y
         finally:
             autograd._retain_graph = False
         return self.out
+
+
+def _same_arg(a: Any, b: Any) -> bool:
+    """Whether a non-tensor argument equals the recorded one (arrays and odd types: identity)."""
+    if a is b:
+        return True
+    try:
+        return bool(a == b)
+    except Exception:  # e.g. arrays, whose == is elementwise: replay only the very same object
+        return False
 
 
 def _shapes_of(out: Any) -> Any:

@@ -374,7 +374,7 @@ class Optimizer(abc.ABC):
 
 
 def _snapshot(arr: Any) -> Tensor:
-    return Tensor(device=device_of_array(arr), data=arr.copy(), requires_grad=False)
+    return Tensor(device=device_of_array(arr), data=arr, requires_grad=False)  # Tensor copies
 
 
 def _copy_array(value: Any) -> Any:

@@ -74,8 +74,18 @@ class Tensor:
             d = as_dtype(float32 if dtype is None else dtype)
             arr = dev.xp.zeros(tuple(int(s) for s in shape), dtype=d)
         else:
+            # The tensor owns a copy, as SINGA's constructor does: writing into it (placeholders
+            # filled with copy_from_numpy, in-place updates) never touches the caller's data.
+            from singa_lite import backend
+
             src = data.data if isinstance(data, Tensor) else data
+            if backend.backend_of(src).name == "numpy":
+                src = np.array(src)  # a copy; also takes lists and Python scalars
+                if src.dtype == object:
+                    raise DTypeError("Tensor: object arrays are not supported")
             arr = _to_device_array(src, dev)
+            if arr is src and not isinstance(arr, np.ndarray):
+                arr = arr.copy()  # a device array already on `dev`
             as_dtype(arr.dtype)
             if dtype is not None and arr.dtype != as_dtype(dtype):
                 arr = arr.astype(as_dtype(dtype))
@@ -171,6 +181,9 @@ class Tensor:
         """Copy another tensor's (or array's) values into this one, across devices if needed."""
         src = t.data if isinstance(t, Tensor) else t
         if tuple(src.shape) != self.shape:
+            if isinstance(src, np.ndarray) and src.size == self.size():
+                self.copy_from_numpy(src)  # SINGA copies by size: a host array of any shape
+                return
             raise ShapeError(f"copy_from: source shape {tuple(src.shape)} != target shape {self.shape}")
         arr = _to_device_array(src, self.device)
         if arr.dtype != self.dtype:
@@ -379,10 +392,7 @@ def from_numpy(np_array: Any, dev: _device.Device | None = None) -> Tensor:
     arr = np.asarray(np_array)
     if arr.dtype == object:
         raise DTypeError("from_numpy: object arrays are not supported")
-    as_dtype(arr.dtype)
-    dev = dev if dev is not None else _device.get_default_device()
-    data = dev.backend.from_numpy(np.array(arr, copy=True), dev.id())
-    return Tensor(device=dev, data=data, requires_grad=False)
+    return Tensor(device=dev, data=arr, requires_grad=False)  # the constructor copies
 
 
 def to_numpy(t: Tensor) -> np.ndarray:

@@ -155,3 +155,18 @@ def test_memory_stays_flat_over_1000_steps():
     finally:
         tracemalloc.stop()
     assert grown < 64 * 1024, f"memory grew by {grown} bytes over 1000 steps"
+
+
+def test_second_backward_through_a_freed_graph_says_so():
+    from singa_lite import AutogradError
+
+    autograd.training = True
+    x = param([1.0, 2.0])
+    loss = autograd.reduce_sum(x * x)
+    autograd.gradients(loss)
+    with pytest.raises(AutogradError, match="retain_graph=True"):
+        autograd.gradients(loss)
+    loss2 = autograd.reduce_sum(x * x)
+    g1 = dict(autograd.backward(loss2, retain_graph=True))
+    g2 = dict(autograd.backward(loss2))
+    np.testing.assert_array_equal(tensor.to_numpy(g1[x]), tensor.to_numpy(g2[x]))

@@ -249,3 +249,13 @@ def test_losses_return_shape_1(dev):
     assert layer.CrossEntropy()(p, onehot).shape == (1,)
     assert layer.BinaryCrossEntropy()(autograd.sigmoid(x), onehot).shape == (1,)
     assert layer.MeanSquareError()(x, onehot).shape == (1,)
+
+
+def test_legacy_linear_bias_flag_and_rnn_without_bias():
+    fc = layer.Linear(3, 4, False)
+    fc(_x((2, 3), None))
+    assert list(fc.get_params()) == ["W"]
+    rnn = layer.RNN(3, 4, bias=False)
+    rnn(_x((5, 2, 3), None))
+    assert list(rnn.get_params()) == ["Wh", "Wx"]
+    assert sorted(set(rnn.get_states()) - set(rnn.get_params())) == ["Bh", "Bx"]

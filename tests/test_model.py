@@ -127,3 +127,88 @@ def test_model_without_train_one_batch_says_so():
     m.train()
     with pytest.raises(TypeError, match="train_one_batch"):
         m(tensor.Tensor((1,)))
+
+
+class Bag(model.Model):
+    """An embedding bag: its index input is captured inside the Gather op."""
+
+    def __init__(self):
+        super().__init__()
+        self.emb = layer.Embedding(10, 4)
+        self.fc = layer.Linear(3)
+        self.loss = layer.SoftMaxCrossEntropy()
+
+    def forward(self, idx):
+        return self.fc(autograd.reduce_mean(self.emb(idx), axes=1))
+
+    def train_one_batch(self, idx, y):
+        out = self.forward(idx)
+        loss = self.loss(out, y)
+        self.optimizer(loss)
+        return out, loss
+
+
+def _bag_losses(use_graph):
+    rng = np.random.default_rng(0)
+    m = Bag()
+    m.set_optimizer(opt.SGD(lr=0.5))
+    first = tensor.from_numpy(rng.integers(0, 10, (4, 5)).astype(np.int32))
+    m.compile([first], is_train=True, use_graph=use_graph)
+    init = np.random.default_rng(1)
+    for p in m.get_params().values():
+        p.copy_from_numpy(init.standard_normal(p.shape).astype(np.float32))
+    losses, inputs = [], []
+    for _ in range(4):  # a fresh tensor every step, as SINGA loops often do
+        idx = tensor.from_numpy(rng.integers(0, 10, (4, 5)).astype(np.int32))
+        y = tensor.from_numpy(rng.integers(0, 3, 4).astype(np.int32))
+        inputs.append((idx, tensor.to_numpy(idx)))
+        losses.append(tensor.to_numpy(m(idx, y)[1])[0])
+    return np.array(losses), inputs
+
+
+def test_graph_mode_follows_fresh_index_tensors_and_leaves_them_alone():
+    eager, _ = _bag_losses(False)
+    graph, inputs = _bag_losses(True)
+    np.testing.assert_array_equal(graph, eager)
+    for t, values in inputs:
+        np.testing.assert_array_equal(tensor.to_numpy(t), values)
+
+
+def test_set_optimizer_after_recording_uses_the_new_optimizer():
+    m = CNN()
+    m.set_optimizer(opt.SGD(lr=0.05))
+    m.compile([tensor.Tensor((6, 2, 6, 6))], is_train=True, use_graph=True)
+    (xb, yb), (xb2, yb2) = _data(2)
+    m(tensor.from_numpy(xb), tensor.from_numpy(yb))
+    adam = opt.Adam(lr=0.01)
+    m.set_optimizer(adam)
+    m(tensor.from_numpy(xb2), tensor.from_numpy(yb2))
+    m(tensor.from_numpy(xb2), tensor.from_numpy(yb2))
+    assert adam.step_counter == 2
+
+
+def test_layers_built_before_attaching_get_their_full_names():
+    class Scale(layer.Layer):
+        def __init__(self):
+            super().__init__()
+            self.W = tensor.Tensor((3,), requires_grad=True, stores_grad=True).set_value(1.0)
+
+        def forward(self, x):
+            return x * self.W
+
+    class Two(model.Model):
+        def __init__(self):
+            super().__init__()
+            self.a = Scale()
+            self.b = Scale()
+
+        def forward(self, x):
+            return self.b(self.a(x))
+
+    m = Two()
+    assert m.a.W.name == "a.W" and m.b.W.name == "b.W"  # no compile needed
+    sgd = opt.SGD(lr=0.1, momentum=0.9)
+    autograd.training = True
+    x = tensor.from_numpy(np.ones((2, 3), np.float32))
+    sgd(autograd.reduce_sum(m.forward(x)))
+    assert sorted(sgd.get_states()["moments"]) == ["a.W", "b.W"]

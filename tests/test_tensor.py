@@ -185,3 +185,23 @@ def test_copy_from_numpy_copies_into_the_same_array(dev):
     assert t.data is before  # the tensor keeps its memory (placeholders, parameters)
     t.copy_from_numpy(np.array([1.5, 2.5]))  # float64 values are cast to the tensor's dtype
     assert t.dtype == np.float32 and tensor.to_numpy(t).tolist() == [1.5, 2.5, 3.0]
+
+
+def test_constructor_copies_its_data():
+    x_train = np.arange(8, dtype=np.float32).reshape(4, 2)
+    tx = Tensor(data=x_train[:2])
+    tx.copy_from_numpy(x_train[2:4])
+    np.testing.assert_array_equal(x_train[:2], [[0, 1], [2, 3]])  # the caller's data is intact
+    assert Tensor(data=[1.0, 2.0]).shape == (2,)
+    s = Tensor(data=np.float32(2))
+    s.set_value(3)
+    assert float(s) == 3.0
+    u = Tensor(data=tx)
+    u.set_value(7)
+    assert tensor.to_numpy(tx)[0, 0] == 4
+
+
+def test_copy_from_accepts_a_host_array_of_the_same_size():
+    t = Tensor((2, 2))
+    t.copy_from(np.arange(4, dtype=np.float32))
+    assert tensor.to_numpy(t).tolist() == [[0, 1], [2, 3]]

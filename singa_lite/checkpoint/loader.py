@@ -152,7 +152,12 @@ class _Loader:
             return
         try:
             placeholders = [Tensor(tuple(s["shape"]), dtype=s["dtype"]) for s in specs]
-            self.model.compile(placeholders, is_train=True)
+            # keep the model's mode: an eval-mode model stays one after loading
+            self.model.compile(
+                placeholders,
+                is_train=getattr(self.model, "training", True),
+                use_graph=getattr(self.model, "graph_mode", False),
+            )
         except (KeyError, TypeError, SingaLiteError) as e:
             raise CheckpointError(
                 f"{self.path}: compiling the model from the saved input specs {specs} failed: {e}"

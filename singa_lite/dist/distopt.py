@@ -225,7 +225,7 @@ class DistOpt:
         for group, bucket in plan:
             for i, g in zip(group, bucket.views()):
                 p = params[i]
-                self.opt.apply(_name_of(p), p, Tensor(device=p.device, data=g, requires_grad=False))
+                self.opt.apply(_name_of(p), p, Tensor._wrap(g, p.device, False, None, 0))
         self.opt.step()
 
     def _average(self, buf: Any) -> None:

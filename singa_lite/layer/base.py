@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from singa_lite.errors import DeviceError, ShapeError
+from singa_lite.errors import ShapeError
 from singa_lite.tensor import Tensor
 
 output_hook: Any = None
@@ -52,6 +52,7 @@ class Layer:
                 self._layers[name] = value
                 object.__setattr__(value, "_parent", self)
                 object.__setattr__(value, "name", name)
+                value._rename()
             elif isinstance(value, Tensor):
                 (self._params if value.stores_grad else self._states)[name] = value
                 value.name = self._prefix() + name
@@ -77,6 +78,14 @@ class Layer:
             parts.append(str(node.name))
             node = node._parent
         return "".join(p + self.sep for p in reversed(parts))
+
+    def _rename(self) -> None:
+        """Give every tensor below this layer its full path (after the layer was attached):
+        optimizer slots and checkpoints key on these names."""
+        prefix = self._prefix()
+        for kind in ("_params", "_states"):
+            for path, t in self._walk(kind, prefix):
+                t.name = path
 
     def named_layers(self, prefix: str = "") -> Iterator[tuple[str, Layer]]:
         """Every sub-layer with its path, depth first, in registration order."""
@@ -144,9 +153,9 @@ class Layer:
 
     # -- checks -----------------------------------------------------------------------------
     def device_check(self, *inputs: Tensor) -> None:
-        """Move this layer's tensors to the first input's device (SINGA's ``device_check``)."""
+        """Move this layer's tensors, sub-layers' included, to the first input's device."""
         dev = inputs[0].device
-        for t in list(self._params.values()) + list(self._states.values()):
+        for t in self.get_states().values():
             if t.device != dev:
                 t.to_device(dev)
 
@@ -156,11 +165,6 @@ class Layer:
                 f"{self._prefix() or type(self).__name__}: expects a {ndim}-d input "
                 f"{layout}, got shape {x.shape}"
             )
-
-    def same_device(self, *tensors: Tensor) -> None:
-        devs = {t.device for t in tensors}
-        if len(devs) > 1:
-            raise DeviceError(f"{type(self).__name__}: tensors on different devices {sorted(map(str, devs))}")
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}()"

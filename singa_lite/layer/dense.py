@@ -27,8 +27,10 @@ class Linear(Layer):
     def __init__(self, out_features: int, *args: Any, bias: bool = True, **kwargs: Any) -> None:
         super().__init__()
         self.in_features = None
-        if args:  # legacy Linear(in, out)
+        if args:  # legacy Linear(in, out[, bias])
             self.in_features, out_features = out_features, args[0]
+            if len(args) > 1:
+                bias = bool(args[1])
         self.out_features = int(out_features)
         self.bias = bias
 

@@ -60,12 +60,10 @@ class _Recurrent(Layer):
             sfx = f"_{g}" if g else ""
             setattr(self, "Wx" + sfx, _param((i, h), x).uniform(-bound, bound))
             setattr(self, "Wh" + sfx, _param((h, h), x).uniform(-bound, bound))
-            setattr(self, "Bx" + sfx, _param((h,), x))
-            setattr(self, "Bh" + sfx, _param((h,), x))
-            if not self.bias:
-                for name in ("Bx" + sfx, "Bh" + sfx):
-                    t = getattr(self, name)
-                    t.stores_grad = t.requires_grad = False
+            for name in ("Bx" + sfx, "Bh" + sfx):
+                # Without bias the zero biases stay fixed: states (saved, never trained).
+                b = _param((h,), x) if self.bias else Tensor((h,), x.device, x.dtype, requires_grad=False)
+                setattr(self, name, b)
 
     def _stacked(self, prefix: str) -> Tensor:
         if self.gates == ("",):

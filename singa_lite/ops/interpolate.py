@@ -19,6 +19,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
+
 from singa_lite.autograd import Operator
 from singa_lite.errors import DTypeError, ShapeError
 from singa_lite.tensor import Tensor
@@ -59,7 +61,9 @@ class Resize(Operator):
         super().__init__("resize")
         if (scales is None) == (sizes is None):
             raise ShapeError("resize: give exactly one of scales and sizes")
-        self.scales = None if scales is None else tuple(float(s) for s in scales)
+        # ONNX carries scales as float32: round them the same way, or a scale such as 0.6
+        # lands coordinates on the other side of a floor/round boundary from every runtime.
+        self.scales = None if scales is None else tuple(float(np.float32(s)) for s in scales)
         self.sizes = None if sizes is None else tuple(int(s) for s in sizes)
         if self.scales is not None and min(self.scales, default=1) <= 0:
             raise ShapeError(f"resize: scales must be positive, got {self.scales}")

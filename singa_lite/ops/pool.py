@@ -143,22 +143,40 @@ class _Window:
         ]
         return [(slice(None), slice(None), *t) for t in itertools.product(*axes)]
 
-    def reduce_separably(self, xp: Any, xpad: Any, out: Sequence[int], op: Any) -> Any:
-        """``op`` (``xp.maximum``, ``xp.add``) over every window of padded ``xpad``, one axis
-        at a time: ``sum(kernel)`` passes instead of ``prod(kernel)`` (4 against 8 for a 3x3
-        window), the later ones over an input already shrunk by the stride. The result is a new
-        array. Forward-only: the per-tap argmax a recorded max pool keeps needs the full sweep.
+    def reduce_separably(self, xp: Any, x: Any, out: Sequence[int], op: Any, identity: Any) -> Any:
+        """``op`` (``xp.maximum``, ``xp.add``) over every window of the *unpadded* ``x``, one
+        axis at a time: ``sum(kernel)`` passes instead of ``prod(kernel)`` (4 against 8 for a
+        3x3 window), the later ones over an input already shrunk by the stride. Each tap is
+        clipped to the output positions whose window cell lies inside ``x``, so the padding
+        (``identity`` for ``op``) is never made: ``np.pad`` measured ~2.5 ms per inception
+        run. The result is a new array. Forward-only: the per-tap argmax a recorded max pool
+        keeps needs the full sweep.
         """
-        y = xpad
-        for axis, (k, s, d, o) in enumerate(zip(self.kernel, self.stride, self.dilation, out)):
-            lead = (slice(None),) * (axis + 2)
-            views = [y[lead + (slice(i * d, i * d + (o - 1) * s + 1, s),)] for i in range(k)]
-            if k == 1:
-                y = views[0]
+        y = x
+        geo = zip(self.kernel, self.stride, self.dilation, out, self.begin)
+        for axis, (k, s, d, o, pb) in enumerate(geo):
+            lead, n = (slice(None),) * (axis + 2), y.shape[axis + 2]
+            spans = []  # (first output, end output, view of y) per tap that reaches x
+            for i in range(k):
+                lo, hi = max(0, -(-(pb - i * d) // s)), min(o, (n - 1 - i * d + pb) // s + 1)
+                if hi > lo:
+                    start = lo * s + i * d - pb
+                    spans.append((lo, hi, y[lead + (slice(start, start + (hi - lo - 1) * s + 1, s),)]))
+            full = [v for lo, hi, v in spans if lo == 0 and hi == o]
+            if k == 1 and full:
+                y = full[0]
                 continue
-            acc = op(views[0], views[1])
-            for v in views[2:]:
-                op(acc, v, out=acc)
+            if len(full) >= 2:
+                acc, used = op(full[0], full[1]), 2
+            elif full:
+                acc, used = full[0].copy(), 1
+            else:
+                acc, used = xp.full((*y.shape[: axis + 2], o, *y.shape[axis + 3 :]), identity, y.dtype), 0
+            done = {id(v) for v in full[:used]}
+            for lo, hi, v in spans:
+                if id(v) not in done:
+                    part = acc[lead + (slice(lo, hi),)]
+                    op(part, v, out=part)
             y = acc
         return y if y.base is None else y.copy()  # a view of the input when every k is 1
 
@@ -173,7 +191,7 @@ class _Pool(Operator):
         super().__init__(window.opname)
         self.win = window
 
-    def prepare(self, x: Any, pad_value: Any) -> tuple[Any, list]:
+    def prepare(self, x: Any, pad_value: Any, pad: bool = True) -> tuple[Any, list]:
         n = self.win.n
         if x.ndim != n + 2:
             raise self.error(f"expects an (N, C, {n} spatial) input", x)
@@ -184,7 +202,7 @@ class _Pool(Operator):
         widths = self.win.pad_widths(sizes, self.out)
         self.x_shape = x.shape
         self.inner = (slice(None), slice(None), *(slice(b, b + s) for (b, _), s in zip(widths, sizes)))
-        if any(b or e for b, e in widths):
+        if pad and any(b or e for b, e in widths):
             x = self.xp.pad(x, [(0, 0), (0, 0), *widths], constant_values=pad_value)
         self.padded_shape = x.shape
         return x, self.win.taps(self.out)
@@ -198,10 +216,11 @@ class MaxPool(_Pool):
     def forward(self, x: Any) -> Any:
         xp = self.xp
         low = -xp.inf if x.dtype.kind == "f" else xp.iinfo(x.dtype).min
-        xpad, taps = self.prepare(x, low)
-        if not autograd.is_recording():  # inference: no argmax to keep
+        if not autograd.is_recording():  # inference: no argmax to keep, no padding to make
+            self.prepare(x, low, pad=False)
             self.arg = None
-            return self.win.reduce_separably(xp, xpad, self.out, xp.maximum)
+            return self.win.reduce_separably(xp, x, self.out, xp.maximum, low)
+        xpad, taps = self.prepare(x, low)
         y = xpad[taps[0]].copy()
         # The tap index of each window's maximum; int8 keeps backward's memory traffic low.
         self.arg = xp.zeros(y.shape, xp.int8 if len(taps) < 128 else xp.int32)
@@ -244,15 +263,15 @@ class AvgPool(_Pool):
     def forward(self, x: Any) -> Any:
         if x.dtype.kind != "f":
             raise DTypeError(f"{self.name}: needs a floating-point input, got {x.dtype}")
-        xpad, taps = self.prepare(x, 0)
         acc = x.dtype if x.dtype.itemsize >= 4 else self.xp.float32  # sum float16 in float32
         if autograd.is_recording() or acc != x.dtype:
-            y = xpad[taps[0]].astype(acc)
-            for tap in taps[1:]:
+            xpad, self.taps = self.prepare(x, 0)
+            y = xpad[self.taps[0]].astype(acc)
+            for tap in self.taps[1:]:
                 y += xpad[tap]
         else:  # inference: window sums axis by axis (same sums, another rounding order)
-            y = self.win.reduce_separably(self.xp, xpad, self.out, self.xp.add)
-        self.taps = taps
+            self.prepare(x, 0, pad=False)
+            y = self.win.reduce_separably(self.xp, x, self.out, self.xp.add, 0)
         self.scale = self._inverse_counts(acc)
         y *= self.scale
         return y.astype(x.dtype, copy=False)

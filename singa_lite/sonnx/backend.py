@@ -33,6 +33,7 @@ from singa_lite import device as _device
 from singa_lite.errors import OnnxError, SingaLiteError, UnsupportedOperatorError
 from singa_lite.sonnx.handlers import HANDLERS, MAX_OPSET
 from singa_lite.sonnx.handlers_base import Node, storage_dtype
+from singa_lite.sonnx.handlers_nn import PackedConv
 from singa_lite.tensor import Tensor, from_numpy
 
 _DEFAULT_DOMAINS = ("", "ai.onnx")
@@ -255,9 +256,26 @@ class Program:
             out.handlers.append(fn)
             out.folded.append(folded)
         out.constants.update(chains.constants)
+        out._pack_convs()
         _InPlace.rewrite(out)
         out.last_use = out._last_uses()
         return out
+
+    def _pack_convs(self) -> None:
+        """Give each unfolded Conv with a constant float weight and bias a ``PackedConv``
+        handler (weight and bias as one matrix, made here once)."""
+        for k, node in enumerate(self.nodes):
+            if self.folded[k] or self.handlers[k] is not HANDLERS["Conv"] or len(node.inputs) < 3:
+                continue
+            W, B = (self.constants.get(name) for name in node.inputs[1:3])
+            if (
+                W is not None
+                and B is not None
+                and W.ndim() == 4
+                and W.dtype == B.dtype
+                and W.dtype.kind == "f"
+            ):
+                self.handlers[k] = PackedConv(W, B, node.attr("group", 1))
 
     def feeds(self, inputs: Any) -> dict[str, Tensor]:
         """Graph inputs by name from a list (in graph order), a dict, or one array/tensor."""
@@ -470,7 +488,7 @@ class _InPlace:
                 program.handlers[k] = cls(fn, "Relu", 0)
             elif node.op in ("Add", "Sum") and len(node.inputs) == 2 and owned:
                 program.handlers[k] = cls(fn, "Add", owned[0])
-            elif not (fn is HANDLERS["Conv"] or isinstance(fn, _AffineHandler)):
+            elif not (fn is HANDLERS["Conv"] or isinstance(fn, (_AffineHandler, PackedConv))):
                 continue
             fresh.add(node.outputs[0])
 

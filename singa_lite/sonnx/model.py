@@ -127,7 +127,7 @@ class SONNXModel(Model):
         for onnx_name, role in roles.items():
             arr = numpy_helper.to_array(inits[onnx_name])
             trainable = role == "param"
-            t = Tensor(data=np.array(arr), device=dev, requires_grad=trainable, stores_grad=trainable)
+            t = Tensor(data=arr, device=dev, requires_grad=trainable, stores_grad=trainable)
             attr = param_name(onnx_name, taken)
             setattr(self, attr, t)
             self._onnx_names[onnx_name] = attr

@@ -273,3 +273,15 @@ def test_gpu_checkpoint_loads_on_cpu_and_back(tmp_path):
         np.testing.assert_array_equal(tensor.to_numpy(cpu_model.get_states()[k]), tensor.to_numpy(v))
     cpu_model.save_states(tmp_path / "cpu.h5")
     m.load_states(tmp_path / "cpu.h5")
+
+
+def test_loading_into_an_uncompiled_eval_model_keeps_it_in_eval(tmp_path):
+    from ckpt_helpers import CNN, OPTIMIZERS, make_cnn
+
+    m, _, _ = make_cnn("sgd")
+    m.save_states(tmp_path / "c.h5")
+    fresh = CNN()  # never compiled: load_states compiles it from the saved input specs
+    fresh.set_optimizer(OPTIMIZERS["sgd"]())
+    fresh.eval()
+    fresh.load_states(tmp_path / "c.h5")
+    assert fresh.training is False

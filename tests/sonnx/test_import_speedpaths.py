@@ -52,6 +52,38 @@ def test_one_image_conv_matches_general_path(case: tuple, dtype: type) -> None:
     np.testing.assert_allclose(y_fast, y_general, rtol=tol, atol=tol)
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("case", CASES)
+def test_conv_with_bias_in_the_gemm_matches_general_path(case: tuple, dtype: type) -> None:
+    """``conv2d_one_image`` with the bias as a weight column (``PackedConv``'s path)."""
+    C, O, H, Wd, k, s, p, d, g = case
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((1, C, H, Wd)).astype(dtype)
+    W = rng.standard_normal((O, C // g, *k)).astype(dtype)
+    b = rng.standard_normal(O).astype(dtype)
+    general = Conv2d(s, p, d, g)
+    general.needs_grad = (True, True, True)
+    Wb = conv_mod.one_image_weight(np, W, b, g)
+    y = conv_mod.conv2d_one_image(np, x, W, b, Wb, s, p, d, g)
+    assert y is not None and y.dtype == dtype and y.flags.c_contiguous
+    tol = 1e-5 if dtype == np.float32 else 1e-12
+    np.testing.assert_allclose(y, _forward(general, x, W, b), rtol=tol, atol=tol)
+
+
+def test_conv_with_bias_in_the_gemm_declines_what_it_does_not_cover() -> None:
+    rng = np.random.default_rng(4)
+    W, b = rng.standard_normal((4, 1, 3, 3)), rng.standard_normal(4)
+    Wb = conv_mod.one_image_weight(np, W, b, 4)
+    x = rng.standard_normal((1, 4, 5, 5))
+    assert conv_mod.conv2d_one_image(np, x, W, b, Wb, (1, 1), (1, 1, 1, 1), (1, 1), 4) is None  # depthwise
+    W, b = rng.standard_normal((3, 2, 3, 3)), rng.standard_normal(3)
+    Wb = conv_mod.one_image_weight(np, W, b, 1)
+    x2 = rng.standard_normal((2, 2, 5, 5))
+    assert conv_mod.conv2d_one_image(np, x2, W, b, Wb, (1, 1), (0, 0, 0, 0), (1, 1), 1) is None  # batch
+    x1 = rng.standard_normal((1, 2, 2, 2))
+    assert conv_mod.conv2d_one_image(np, x1, W, b, Wb, (1, 1), (0, 0, 0, 0), (1, 1), 1) is None  # empty
+
+
 def test_kn2row_is_taken_only_for_narrow_stride_one_convs() -> None:
     W = np.zeros((3, 8, 3, 3))
     assert conv_mod._kn2row_wins(W, (1, 1), 1)
@@ -154,6 +186,43 @@ def test_conv_bn_mul_add_folds_into_the_conv_exactly() -> None:
     assert not np.allclose(c, rep.run([x], aux_output=["a"])[1].numpy())
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_packed_conv_runs_batch_one_and_batches_like_onnxruntime(dtype: type) -> None:
+    """A Conv with a constant bias gets ``PackedConv`` in the inference program; a batch of two
+    falls back to the general handler. Both match onnxruntime."""
+    from singa_lite.sonnx.handlers_nn import PackedConv
+
+    rng = np.random.default_rng(5)
+    ttype = TensorProto.FLOAT if dtype == np.float32 else TensorProto.DOUBLE
+    inits = {"W": rng.standard_normal((5, 3, 3, 3)).astype(dtype), "B": rng.standard_normal(5).astype(dtype)}
+    node = helper.make_node("Conv", ["x", "W", "B"], ["y"], pads=[1, 0, 1, 2], strides=[2, 1])
+    graph = helper.make_graph(
+        [node],
+        "g",
+        [helper.make_tensor_value_info("x", ttype, ["n", 3, 7, 6])],
+        [helper.make_tensor_value_info("y", ttype, ["n", 5, 4, 6])],
+        [numpy_helper.from_array(v, k) for k, v in inits.items()],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    rep = prepare(model)
+    assert isinstance(rep.inference_program.handlers[0], PackedConv)
+    sess = (
+        None
+        if dtype == np.float64
+        else ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    )
+    for n in (1, 2):
+        x = rng.standard_normal((n, 3, 7, 6)).astype(dtype)
+        ours = rep.run([x])[0].numpy()
+        with autograd.no_grad():  # the unfused program: the general Conv handler
+            (general,) = rep.program.run(rep.program.feeds([x]))
+        tol = 1e-12 if dtype == np.float64 else 1e-5
+        np.testing.assert_allclose(ours, general.numpy(), rtol=tol, atol=tol)
+        if dtype == np.float32:  # onnxruntime has no float64 Conv kernel
+            assert sess is not None
+            np.testing.assert_allclose(ours, sess.run(None, {"x": x})[0], rtol=1e-5, atol=1e-5)
+
+
 def test_standalone_bn_chain_is_one_affine_node() -> None:
     """densenet's pre-activation BN -> Mul -> Add -> Relu -> Conv: the BN cannot go into a conv."""
     rng = np.random.default_rng(4)
@@ -204,6 +273,8 @@ POOLS = [
     ((1, 2, 13, 10), (2, 3), (3, 2), 0, (2, 1), True),  # dilated, ceil mode, odd sizes
     ((1, 2, 9), 4, 3, (1, 2), 1, False),  # 1-D
     ((1, 2, 5, 6, 7), (2, 3, 1), (1, 2, 1), 0, 1, False),  # 3-D, a kernel axis of 1
+    ((1, 3, 5, 6), 2, 1, (1, 1, 1, 1), 1, False),  # no tap covers every output: identity fill
+    ((1, 2, 7, 7), 3, 1, (1, 1, 1, 1), 1, False),  # inception's pad-1 3x3 stride-1 pools
 ]
 
 
