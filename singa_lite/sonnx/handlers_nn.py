@@ -13,8 +13,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from singa_lite import ops
-from singa_lite.ops import conv as conv_ops
-from singa_lite.ops import unary
+from singa_lite.ops import conv_infer, unary
 from singa_lite.sonnx.handlers_base import Node, onnx_pads_to_pairs, window_pads, wrap
 from singa_lite.tensor import Tensor
 
@@ -68,14 +67,14 @@ class PackedConv:
     ``Conv``. Not an ONNX operator: ``SingaRep``'s fused program swaps it in."""
 
     def __init__(self, W: Tensor, B: Tensor, group: int) -> None:
-        self.Wb = conv_ops.one_image_weight(W.device.xp, W.data, B.data, group)
+        self.Wb = conv_infer.one_image_weight(W.device.xp, W.data, B.data, group)
 
     def __call__(self, n: Node, x: Tensor, W: Tensor, B: Tensor | None = None) -> Tensor:
         kernel = list(n.attr("kernel_shape", W.shape[2:]))
         if B is not None and len(kernel) == 2 and x.ndim() == 4 and W.ndim() == 4:
             strides, dilations, pads = _geometry(n, x, kernel)
             (t, b), (left, r) = onnx_pads_to_pairs(pads)
-            y = conv_ops.conv2d_one_image(
+            y = conv_infer.conv2d_one_image(
                 x.device.xp, x.data, W.data, B.data, self.Wb, tuple(strides), (t, b, left, r),
                 tuple(dilations), n.attr("group", 1),
             )  # fmt: skip

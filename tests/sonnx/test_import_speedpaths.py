@@ -11,6 +11,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from singa_lite import autograd, tensor
 from singa_lite.ops import conv as conv_mod
+from singa_lite.ops import conv_infer
 from singa_lite.ops import pool as pool_mod
 from singa_lite.ops.conv import Conv2d
 from singa_lite.sonnx import prepare
@@ -63,8 +64,8 @@ def test_conv_with_bias_in_the_gemm_matches_general_path(case: tuple, dtype: typ
     b = rng.standard_normal(O).astype(dtype)
     general = Conv2d(s, p, d, g)
     general.needs_grad = (True, True, True)
-    Wb = conv_mod.one_image_weight(np, W, b, g)
-    y = conv_mod.conv2d_one_image(np, x, W, b, Wb, s, p, d, g)
+    Wb = conv_infer.one_image_weight(np, W, b, g)
+    y = conv_infer.conv2d_one_image(np, x, W, b, Wb, s, p, d, g)
     assert y is not None and y.dtype == dtype and y.flags.c_contiguous
     tol = 1e-5 if dtype == np.float32 else 1e-12
     np.testing.assert_allclose(y, _forward(general, x, W, b), rtol=tol, atol=tol)
@@ -73,23 +74,23 @@ def test_conv_with_bias_in_the_gemm_matches_general_path(case: tuple, dtype: typ
 def test_conv_with_bias_in_the_gemm_declines_what_it_does_not_cover() -> None:
     rng = np.random.default_rng(4)
     W, b = rng.standard_normal((4, 1, 3, 3)), rng.standard_normal(4)
-    Wb = conv_mod.one_image_weight(np, W, b, 4)
+    Wb = conv_infer.one_image_weight(np, W, b, 4)
     x = rng.standard_normal((1, 4, 5, 5))
-    assert conv_mod.conv2d_one_image(np, x, W, b, Wb, (1, 1), (1, 1, 1, 1), (1, 1), 4) is None  # depthwise
+    assert conv_infer.conv2d_one_image(np, x, W, b, Wb, (1, 1), (1, 1, 1, 1), (1, 1), 4) is None  # depthwise
     W, b = rng.standard_normal((3, 2, 3, 3)), rng.standard_normal(3)
-    Wb = conv_mod.one_image_weight(np, W, b, 1)
+    Wb = conv_infer.one_image_weight(np, W, b, 1)
     x2 = rng.standard_normal((2, 2, 5, 5))
-    assert conv_mod.conv2d_one_image(np, x2, W, b, Wb, (1, 1), (0, 0, 0, 0), (1, 1), 1) is None  # batch
+    assert conv_infer.conv2d_one_image(np, x2, W, b, Wb, (1, 1), (0, 0, 0, 0), (1, 1), 1) is None  # batch
     x1 = rng.standard_normal((1, 2, 2, 2))
-    assert conv_mod.conv2d_one_image(np, x1, W, b, Wb, (1, 1), (0, 0, 0, 0), (1, 1), 1) is None  # empty
+    assert conv_infer.conv2d_one_image(np, x1, W, b, Wb, (1, 1), (0, 0, 0, 0), (1, 1), 1) is None  # empty
 
 
 def test_kn2row_is_taken_only_for_narrow_stride_one_convs() -> None:
     W = np.zeros((3, 8, 3, 3))
-    assert conv_mod._kn2row_wins(W, (1, 1), 1)
-    assert not conv_mod._kn2row_wins(W, (2, 2), 1)  # strided: kn2row would compute every pixel
-    assert not conv_mod._kn2row_wins(np.zeros((8, 8, 3, 3)), (1, 1), 1)  # as wide as its input
-    assert not conv_mod._kn2row_wins(np.zeros((3, 8, 1, 1)), (1, 1), 1)
+    assert conv_infer._kn2row_wins(W, (1, 1), 1)
+    assert not conv_infer._kn2row_wins(W, (2, 2), 1)  # strided: kn2row would compute every pixel
+    assert not conv_infer._kn2row_wins(np.zeros((8, 8, 3, 3)), (1, 1), 1)  # as wide as its input
+    assert not conv_infer._kn2row_wins(np.zeros((3, 8, 1, 1)), (1, 1), 1)
 
 
 def test_one_image_conv_in_bands(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -98,7 +99,7 @@ def test_one_image_conv_in_bands(monkeypatch: pytest.MonkeyPatch) -> None:
     x = rng.standard_normal((1, 3, 17, 6)).astype(np.float32)
     W = rng.standard_normal((4, 3, 3, 3)).astype(np.float32)
     whole = _forward(Conv2d(1, 1), x, W, None)
-    monkeypatch.setattr(conv_mod, "_BAND_BYTES", 3 * 9 * 6 * 4 * 2)  # two rows per band
+    monkeypatch.setattr(conv_infer, "_BAND_BYTES", 3 * 9 * 6 * 4 * 2)  # two rows per band
     banded = _forward(Conv2d(1, 1), x, W, None)
     np.testing.assert_allclose(banded, whole, rtol=1e-6, atol=1e-6)
 
