@@ -205,7 +205,14 @@ def backward(y: Tensor, dy: Any = None, retain_graph: bool | None = None) -> Ite
     elif isinstance(dy, Tensor):
         dy = dy.data
     root = y.creator
-    order, leaf_uses = _topological(root)
+    # The graph below an op never changes, so a retained graph (graph mode replays it every
+    # step) keeps its walk order on its root op instead of sorting again.
+    plan = getattr(root, "_plan", None) if retain_graph else None
+    if plan is None:
+        plan = _topological(root)
+        if retain_graph:
+            root._plan = plan
+    order, leaf_uses = plan[0], dict(plan[1])
     grads: dict[int, list] = {id(root): [None] * len(root.out_meta)}
     grads[id(root)][y._index] = dy
     leaf_grads: dict[int, Any] = {}
@@ -214,6 +221,8 @@ def backward(y: Tensor, dy: Any = None, retain_graph: bool | None = None) -> Ite
         dys = grads.pop(id(op), None)
         if dys is None:
             continue
+        if op.released:  # only reachable through a cached plan: _topological checks the rest
+            raise AutogradError(f"backward: {op.name} was freed by an earlier backward through it")
         if any(d is None for d in dys):
             optional = op.optional_grads
             dys = [
