@@ -10,7 +10,8 @@ weight gradient. For stride 1 it finds ``dx`` as a convolution of ``dy`` with th
 kernel (and ``dW`` from the same blocks of ``dy``); otherwise it scatters the column gradient
 back with ``col2im``: a loop over the ``kh*kw`` kernel taps, each a vectorised strided add.
 Groups run as a batch of GEMMs. Depthwise convs (one input channel per group) skip im2col:
-they are a sum over taps of shifted views times per-channel weights.
+they are a sum over taps of shifted views times per-channel weights; when no backward follows,
+``ops/depthwise.py`` does that sum in one einsum over channels-last windows.
 
 ``im2col``/``col2im`` are written against ``xp`` so the same code runs on CuPy; a GPU backend
 may swap in raw kernels behind them. Padding is ``(top, bottom, left, right)`` (SINGA's
@@ -412,6 +413,9 @@ class Conv2d(_ConvBase):
             return conv_infer.conv_one_image(
                 self.xp, x, W, b, self.pads, self.stride, self.dilation, self.out_hw, self.group
             )
+        if depthwise and inference:
+            # No backward follows: one einsum, and no padded copy kept (see ops/depthwise.py).
+            return depthwise_conv(self.xp, x, W, b, self.pads, self.stride, self.dilation, self.out_hw)
         if depthwise:
             y = self._depthwise_forward(x, W)
             if b is not None:
@@ -704,5 +708,6 @@ def conv1d(
     return (op(x, W) if b is None else op(x, W, b))[0]
 
 
-# The batch-1 inference path builds on the helpers above (it lives apart to keep files small).
+# The inference paths build on the helpers above (they live apart to keep files small).
 from singa_lite.ops import conv_infer  # noqa: E402
+from singa_lite.ops.depthwise import depthwise_conv  # noqa: E402

@@ -31,6 +31,13 @@ from onnx.backend.base import Backend, BackendRep
 from singa_lite import autograd
 from singa_lite import device as _device
 from singa_lite.errors import OnnxError, SingaLiteError, UnsupportedOperatorError
+from singa_lite.sonnx.fusion import (
+    _AffineChains,
+    _AffineReluConv,
+    _ConcatChains,
+    _InPlace,
+    _PoolBeforeConv,
+)
 from singa_lite.sonnx.handlers import HANDLERS, MAX_OPSET
 from singa_lite.sonnx.handlers_base import Node, storage_dtype
 from singa_lite.sonnx.handlers_nn import PackedConv
@@ -98,6 +105,23 @@ def _elem_dtype(value_info: Any) -> np.dtype | None:
         return None
 
 
+def _static_shapes(proto: ModelProto, names: set[str]) -> dict[str, tuple]:
+    """The shapes ONNX shape inference gives the tensors ``names`` (0 for an unknown dim);
+    empty where it fails (a model over 2 GB, an operator it does not know)."""
+    if not names:
+        return {}
+    try:
+        graph = onnx.shape_inference.infer_shapes(proto).graph
+    except Exception:  # inference is a hint for the fused program only
+        return {}
+    shapes = {}
+    for v in [*graph.value_info, *graph.output]:
+        t = v.type.tensor_type if v.type.HasField("tensor_type") else None
+        if v.name in names and t is not None and t.HasField("shape"):
+            shapes[v.name] = tuple(d.dim_value if d.HasField("dim_value") else 0 for d in t.shape.dim)
+    return shapes
+
+
 class Program:
     """A checked ONNX graph, its constants folded, ready to run on singa_lite ops.
 
@@ -140,6 +164,7 @@ class Program:
             self.handlers.append(HANDLERS[node.op])
         self.folded = [self._fold(node, fn) for node, fn in zip(self.nodes, self.handlers)]
         self.last_use = self._last_uses()
+        self.concat_shapes = _static_shapes(proto, {n.outputs[0] for n in self.nodes if n.op == "Concat"})
 
     def tensor(self, arr: Any, name: str) -> Tensor:
         """A constant or input from the model (array or TensorProto) on this program's device;
@@ -242,21 +267,24 @@ class Program:
         return [env[name] for name in [*names, *aux_output]]
 
     def fused(self) -> Program:
-        """A copy of this program for inference only, with chains of per-channel affine nodes
-        folded (see ``_AffineChains``). The copy shares this program's constants."""
+        """A copy of this program for inference only, rewritten by the passes of
+        :mod:`singa_lite.sonnx.fusion`. The copy shares this program's constants."""
         chains = _AffineChains(self)
         out = copy.copy(self)
         out.constants = dict(self.constants)
         out.nodes, out.handlers, out.folded = [], [], []
         for k, (node, fn, folded) in enumerate(zip(self.nodes, self.handlers, self.folded)):
-            if k in chains.dropped:
+            if k in chains.dropped or folded:  # a folded node's outputs are among the constants
                 continue
             node, fn = chains.replaced.get(k, (node, fn))
             out.nodes.append(node)
             out.handlers.append(fn)
-            out.folded.append(folded)
+            out.folded.append(False)
         out.constants.update(chains.constants)
+        _AffineReluConv.rewrite(out)
+        _PoolBeforeConv.rewrite(out)
         out._pack_convs()
+        _ConcatChains.rewrite(out, self.concat_shapes)
         _InPlace.rewrite(out)
         out.last_use = out._last_uses()
         return out
@@ -302,210 +330,6 @@ class Program:
         if isinstance(v, Tensor):
             return v if v.device == self.device else v.clone().to_device(self.device)
         return self.tensor(v, name)
-
-
-class _AffineChains:
-    """Chains of per-channel affine nodes found in a program, and what replaces them.
-
-    An inference-mode BatchNormalization is ``y = a * x + c`` per channel, and so is a Mul or
-    Add by a constant that varies along the channel axis only (caffe2 exports put one of each
-    after every BN). A chain of them right after a Conv with constant weights is folded into
-    the Conv: ``W' = a W`` and ``B' = a B + c`` (resnet, inception, shufflenet: one node left
-    of each Conv + BN [+ Mul + Add]). A chain after anything else (densenet's pre-activation
-    BNs) becomes one ``x * a + c`` node. Only ``SingaRep``'s inference program is rewritten: a
-    ``SONNXModel`` keeps its BNs and weights separate and trainable.
-
-    ``dropped`` are the indices of nodes to remove; ``replaced`` maps a node index to its new
-    ``(node, handler)``; ``constants`` are the folded weights by their new names.
-    """
-
-    def __init__(self, program: Program) -> None:
-        self.program = program
-        self.dropped: set[int] = set()
-        self.replaced: dict[int, tuple[Node, Callable]] = {}
-        self.constants: dict[str, Tensor] = {}
-        self.readers: dict[str, list[int]] = {}
-        for k, node in enumerate(program.nodes):
-            for name in node.inputs:
-                self.readers.setdefault(name, []).append(k)
-        for k, node in enumerate(program.nodes):
-            if not program.folded[k] and k not in self.dropped:
-                self._fold_from(k, node)
-
-    def _const(self, name: str) -> np.ndarray | None:
-        t = self.program.constants.get(name) if name else None
-        return None if t is None else t.numpy()
-
-    def _fold_from(self, k: int, node: Node) -> None:
-        """Fold the chain of affine nodes after node ``k``, a Conv or a BatchNormalization."""
-        W = self._const(node.inputs[1]) if node.op == "Conv" and len(node.inputs) > 1 else None
-        if W is not None and W.dtype.kind == "f" and W.ndim == 4:
-            if len(node.inputs) > 2 and node.inputs[2] and self._const(node.inputs[2]) is None:
-                return
-            a, c, chain = np.ones(W.shape[0]), np.zeros(W.shape[0]), []
-        elif node.op == "BatchNormalization" and (step := self._bn(node, None)) is not None:
-            (a, c), chain, W = step, [k], None
-        else:
-            return
-        while True:
-            out = self.program.nodes[chain[-1] if chain else k].outputs
-            readers = self.readers.get(out[0], []) if len(out) == 1 else []
-            if len(readers) != 1 or out[0] in self.program.outputs:
-                break
-            step = self._step(self.program.nodes[readers[0]], out[0], len(a), 4)
-            if step is None:
-                break
-            a, c = a * step[0], c * step[0] + step[1]
-            chain.append(readers[0])
-        if W is not None and chain:
-            self._into_conv(k, node, W, a, c, chain)
-        elif chain:
-            self._as_affine(chain, a, c)
-
-    def _step(self, node: Node, x: str, channels: int, rank: int) -> tuple | None:
-        """``(a, c)`` (float64, per channel) if ``node`` is ``a * x + c`` of input ``x``."""
-        if node.op == "BatchNormalization":
-            step = self._bn(node, x)
-            return step if step is not None and len(step[0]) == channels else None
-        if node.op not in ("Mul", "Add") or len(node.inputs) != 2 or node.inputs.count(x) != 1:
-            return None
-        other = self._const(node.inputs[1 - node.inputs.index(x)])
-        v = None if other is None else _per_channel(other, channels, rank)
-        if v is None:
-            return None
-        return (v, np.zeros(channels)) if node.op == "Mul" else (np.ones(channels), v)
-
-    def _bn(self, node: Node, x: str | None) -> tuple | None:
-        if node.attr("training_mode", 0) or node.n_outputs != 1 or (x is not None and node.inputs[0] != x):
-            return None
-        params = [self._const(name) for name in node.inputs[1:5]]
-        if len(params) != 4 or any(p is None or p.ndim != 1 or p.dtype.kind != "f" for p in params):
-            return None
-        scale, bias, mean, var = (p.astype(np.float64) for p in params)  # type: ignore[union-attr]
-        a = scale / np.sqrt(var + node.attr("epsilon", 1e-5))
-        return a, bias - mean * a
-
-    def _into_conv(self, k: int, node: Node, W: np.ndarray, a: Any, c: Any, chain: list[int]) -> None:
-        B = self._const(node.inputs[2]) if len(node.inputs) > 2 and node.inputs[2] else None
-        w_name, b_name = f"{node.outputs[0]}::folded_W", f"{node.outputs[0]}::folded_B"
-        folded_W = W.astype(np.float64) * a.reshape(-1, 1, 1, 1)
-        folded_B = c if B is None else B.astype(np.float64) * a + c
-        self.constants[w_name] = self.program.tensor(folded_W.astype(W.dtype), w_name)
-        self.constants[b_name] = self.program.tensor(folded_B.astype(W.dtype), b_name)
-        new = copy.copy(node)
-        new.inputs = [node.inputs[0], w_name, b_name]
-        new.outputs = list(self.program.nodes[chain[-1]].outputs)
-        self.replaced[k] = (new, self.program.handlers[k])
-        self.dropped.update(chain)
-
-    def _as_affine(self, chain: list[int], a: Any, c: Any) -> None:
-        nodes = [self.program.nodes[k] for k in chain]
-        first = nodes[0]
-        new = copy.copy(first)
-        new.inputs = [first.inputs[0]]
-        new.outputs = list(nodes[-1].outputs)
-        steps = [(n, self.program.handlers[k]) for n, k in zip(nodes, chain)]
-        self.replaced[chain[0]] = (new, _AffineHandler(self.program, steps, a, c))
-        self.dropped.update(chain[1:])
-
-
-def _per_channel(v: np.ndarray, channels: int, rank: int) -> np.ndarray | None:
-    """``v`` as ``(channels,)`` float64 if, broadcast against an ``(N, C, ...)`` array of
-    ``rank`` dims, it varies along the channel axis only (and so leaves the shape as it is)."""
-    if v.ndim > rank or v.dtype.kind != "f":
-        return None
-    shape = (1,) * (rank - v.ndim) + v.shape
-    if any(d != 1 for i, d in enumerate(shape) if i != 1) or shape[1] not in (1, channels):
-        return None
-    return np.broadcast_to(v.reshape(-1).astype(np.float64), (channels,)).copy()
-
-
-class _AffineHandler:
-    """``y = x * a + c`` per channel: a folded chain of BatchNormalization/Mul/Add nodes.
-
-    The fold assumed a 4-D ``(N, C, H, W)`` input, which the graph does not promise: any other
-    input runs the original nodes one after another.
-    """
-
-    def __init__(self, program: Program, steps: list[tuple[Node, Callable]], a: Any, c: Any) -> None:
-        self.program, self.steps, self.channels = program, steps, len(a)
-        dtype = program.constants[steps[0][0].inputs[1]].dtype
-        self.a = program.tensor(a.astype(dtype).reshape(1, -1, 1, 1), "affine_scale").data
-        self.c = program.tensor(c.astype(dtype).reshape(1, -1, 1, 1), "affine_shift").data
-
-    def __call__(self, node: Node, x: Tensor) -> Tensor:
-        if x.ndim() != 4 or x.shape[1] != self.channels or x.dtype != self.a.dtype:
-            return self._unfused(x)
-        y = x.data * self.a
-        y += self.c
-        return Tensor._wrap(y, x.device, False, None, 0)
-
-    def _unfused(self, x: Tensor) -> Tensor:
-        env, value = self.program.constants, x
-        for node, fn in self.steps:
-            args = [value if i == self._input_of(node) else env.get(i) if i else None for i in node.inputs]
-            value = self.program._call(node, fn, args)[0]
-        return value
-
-    def _input_of(self, node: Node) -> str:
-        first = self.steps[0][0]
-        if node is first:
-            return first.inputs[0]
-        prev = self.steps[[n for n, _ in self.steps].index(node) - 1][0]
-        return prev.outputs[0]
-
-
-class _InPlace:
-    """Relu and residual Add/Sum nodes of an inference program that may overwrite an input.
-
-    A Conv (or a folded affine chain) returns a new array that nothing else holds; if its one
-    reader is a Relu, or a two-input Add/Sum of equal shapes, that reader can write into it
-    instead of allocating (a fresh multi-megabyte array costs its page faults on every run:
-    measured 1.5-2x the in-place pass). An in-place node's output is its input's array, so it is
-    a fresh producer in turn (resnet's Conv -> Sum -> Relu). Graph outputs are never written.
-    """
-
-    def __init__(self, fn: Callable, op: str, slot: int) -> None:
-        self.fn, self.op, self.slot = fn, op, slot
-
-    @classmethod
-    def rewrite(cls, program: Program) -> None:
-        """Swap in in-place handlers where ``program``'s reader counts allow it."""
-        readers: dict[str, int] = {}
-        for node in program.nodes:
-            for name in node.inputs:
-                readers[name] = readers.get(name, 0) + 1
-        fresh: set[str] = set()  # arrays only their one reader will see
-        for k, (node, fn) in enumerate(zip(program.nodes, program.handlers)):
-            if program.folded[k] or len(node.outputs) != 1:
-                continue
-            owned = [
-                i
-                for i, name in enumerate(node.inputs)
-                if name in fresh and readers[name] == 1 and name not in program.outputs
-            ]
-            if node.op == "Relu" and owned:
-                program.handlers[k] = cls(fn, "Relu", 0)
-            elif node.op in ("Add", "Sum") and len(node.inputs) == 2 and owned:
-                program.handlers[k] = cls(fn, "Add", owned[0])
-            elif not (fn is HANDLERS["Conv"] or isinstance(fn, (_AffineHandler, PackedConv))):
-                continue
-            fresh.add(node.outputs[0])
-
-    def __call__(self, node: Node, *args: Tensor) -> Tensor:
-        x = args[self.slot]
-        a = x.data
-        if a.dtype.kind != "f":
-            return self.fn(node, *args)
-        xp = x.device.xp
-        if self.op == "Relu":
-            xp.maximum(a, 0, out=a)
-            return x
-        other = args[1 - self.slot]
-        if other.shape != x.shape or other.dtype != x.dtype:  # broadcasting would change the shape
-            return self.fn(node, *args)
-        xp.add(a, other.data, out=a)
-        return x
 
 
 class SingaRep(BackendRep):

@@ -1,0 +1,307 @@
+"""The inference-program rewrites of ``sonnx.fusion`` against the unfused program and onnxruntime.
+
+Each rewrite is checked where it applies (the handlers it swaps in, the result) and where one of
+its conditions fails (it must leave the graph as written, and the result must not change).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from singa_lite import autograd
+from singa_lite.sonnx import prepare
+from singa_lite.sonnx.fusion import _Applied, _ClampHandler, _ConcatInto
+from singa_lite.sonnx.handlers import HANDLERS
+from singa_lite.sonnx.handlers_nn import PackedConv
+
+_TYPES = {np.float32: TensorProto.FLOAT, np.float64: TensorProto.DOUBLE}
+
+
+def _model(
+    nodes: list, inits: dict, x_shape: list, outputs: tuple = ("y",), dtype: type = np.float32
+) -> object:
+    ttype = _TYPES[dtype]
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", ttype, x_shape)],
+        [helper.make_tensor_value_info(name, ttype, [None] * len(x_shape)) for name in outputs],
+        [numpy_helper.from_array(v.astype(dtype), k) for k, v in inits.items()],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+
+
+def _check(model: object, x: np.ndarray) -> object:
+    """Run ``model`` fused (twice: buffers must not leak between runs), unfused and, for
+    float32, on onnxruntime; all outputs must agree to 1e-5 of their largest value."""
+    rep = prepare(model)
+    fused = [t.numpy() for t in rep.run([x])]
+    again = [t.numpy() for t in rep.run([x])]
+    with autograd.no_grad():
+        plain = [t.numpy() for t in rep.program.run(rep.program.feeds([x]))]
+    refs = [plain, again]
+    if x.dtype == np.float32:
+        sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])  # type: ignore[attr-defined]
+        refs.append(sess.run(None, {"x": x}))
+    tol = 1e-5 if x.dtype == np.float32 else 1e-12
+    for ref in refs:
+        for a, b in zip(fused, ref):
+            assert a.shape == b.shape
+            np.testing.assert_allclose(a, b, rtol=tol, atol=tol * float(np.abs(b).max()))
+    return rep
+
+
+def _kinds(rep: object) -> list[str]:
+    return [type(h).__name__ for h in rep.inference_program.handlers]  # type: ignore[attr-defined]
+
+
+def _bn(prefix: str, x: str, y: str, c: int, rng: np.random.Generator, inits: dict) -> object:
+    inits.update(
+        {
+            f"{prefix}s": rng.uniform(0.5, 2, c),
+            f"{prefix}b": rng.standard_normal(c),
+            f"{prefix}m": rng.standard_normal(c),
+            f"{prefix}v": rng.uniform(0.1, 3, c),
+        }
+    )
+    names = [x, f"{prefix}s", f"{prefix}b", f"{prefix}m", f"{prefix}v"]
+    return helper.make_node("BatchNormalization", names, [y], epsilon=1e-3)
+
+
+# -- BN -> Relu -> 1x1 Conv as max(x, t) -> Conv' --------------------------------------------
+def _bn_relu_conv(rng: np.random.Generator, dtype: type = np.float32, bias: bool = True, **conv: object):
+    inits: dict = {"W": rng.standard_normal((4, 6, 1, 1))}
+    if bias:
+        inits["B"] = rng.standard_normal(4)
+    nodes = [
+        _bn("bn", "x", "n", 6, rng, inits),
+        helper.make_node("Relu", ["n"], ["r"]),
+        helper.make_node("Conv", ["r", "W", "B"] if bias else ["r", "W"], ["y"], **conv),
+    ]
+    return nodes, inits
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("bias", [True, False])
+def test_bn_relu_conv1x1_becomes_a_clamp_and_a_folded_conv(dtype: type, bias: bool) -> None:
+    rng = np.random.default_rng(1)
+    nodes, inits = _bn_relu_conv(rng, dtype, bias, strides=[2, 1])
+    model = _model(nodes, inits, ["n", 6, "h", "w"], dtype=dtype)
+    rep = _check(model, rng.standard_normal((1, 6, 5, 7)).astype(dtype))
+    handlers = rep.inference_program.handlers  # type: ignore[attr-defined]
+    assert isinstance(handlers[0], _ClampHandler) and isinstance(handlers[1], _Applied)
+    assert isinstance(handlers[2], PackedConv)
+    _check(model, rng.standard_normal((2, 6, 3, 3)).astype(dtype))
+
+
+def _negative_scale(nodes: list, inits: dict) -> tuple[list, dict]:
+    inits = dict(inits, bns=np.where(np.arange(6) == 2, -0.7, inits["bns"]))
+    return nodes, inits
+
+
+def _padded(nodes: list, inits: dict) -> tuple[list, dict]:
+    return [*nodes[:2], helper.make_node("Conv", ["r", "W", "B"], ["y"], pads=[1, 1, 1, 1])], inits
+
+
+def _kernel_3x3(nodes: list, inits: dict) -> tuple[list, dict]:
+    return nodes, dict(inits, W=np.random.default_rng(2).standard_normal((4, 6, 3, 3)))
+
+
+def _grouped(nodes: list, inits: dict) -> tuple[list, dict]:
+    conv = helper.make_node("Conv", ["r", "W", "B"], ["y"], group=2)
+    return [*nodes[:2], conv], dict(inits, W=inits["W"][:, :3])
+
+
+def _relu_read_twice(nodes: list, inits: dict) -> tuple[list, dict]:
+    conv = helper.make_node("Conv", ["r", "W", "B"], ["c"])
+    pool = helper.make_node("GlobalAveragePool", ["r"], ["p"])
+    add = helper.make_node("Add", ["c", "p"], ["y"])
+    rng = np.random.default_rng(2)
+    return [*nodes[:2], conv, pool, add], dict(
+        inits, W=rng.standard_normal((6, 6, 1, 1)), B=rng.standard_normal(6)
+    )
+
+
+@pytest.mark.parametrize("variant", [_negative_scale, _padded, _kernel_3x3, _grouped, _relu_read_twice])
+def test_bn_relu_conv_is_not_folded_when_the_identity_does_not_hold(variant: object) -> None:
+    rng = np.random.default_rng(3)
+    nodes, inits = variant(*_bn_relu_conv(rng))  # type: ignore[operator]
+    rep = _check(_model(nodes, inits, [1, 6, 5, 5]), rng.standard_normal((1, 6, 5, 5)).astype(np.float32))
+    kinds = _kinds(rep)
+    assert kinds[:2] == ["_AffineHandler", "_InPlace"] and "_ClampHandler" not in kinds
+
+
+def test_relu_output_as_graph_output_is_not_folded() -> None:
+    rng = np.random.default_rng(4)
+    nodes, inits = _bn_relu_conv(rng)
+    rep = _check(
+        _model(nodes, inits, [1, 6, 4, 4], outputs=("y", "r")),
+        rng.standard_normal((1, 6, 4, 4)).astype(np.float32),
+    )
+    assert _kinds(rep)[:2] == ["_AffineHandler", "_InPlace"]  # r is its own array: n is not returned
+
+
+def test_clamp_on_a_wrong_input_fails_like_the_unfused_graph() -> None:
+    rng = np.random.default_rng(5)
+    nodes, inits = _bn_relu_conv(rng)
+    rep = prepare(_model(nodes, inits, ["n", 6, "h", "w"]))
+    with pytest.raises(Exception, match="Conv"):
+        rep.run([rng.standard_normal((2, 6, 5)).astype(np.float32)])
+
+
+# -- densenet's concat chains --------------------------------------------------------------------
+def _dense_block(rng: np.random.Generator, layers: int, c0: int = 3, growth: int = 2, axis: int = 1):
+    """``c_j = Concat(c_{j-1}, Conv(Relu(c_{j-1})))``: densenet's growing concatenation."""
+    inits: dict = {}
+    nodes = []
+    prev, channels = "x", c0
+    for j in range(layers):
+        inits[f"W{j}"] = rng.standard_normal((growth, channels, 3, 3))
+        nodes += [
+            helper.make_node("Relu", [prev], [f"r{j}"]),
+            helper.make_node("Conv", [f"r{j}", f"W{j}"], [f"b{j}"], pads=[1, 1, 1, 1]),
+            helper.make_node("Concat", [prev, f"b{j}"], [f"c{j}"], axis=axis),
+        ]
+        prev, channels = f"c{j}", channels + growth
+    nodes.append(helper.make_node("Relu", [prev], ["y"]))
+    return nodes, inits
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("batch", [1, 2])
+def test_concat_chain_writes_into_one_buffer(dtype: type, batch: int) -> None:
+    rng = np.random.default_rng(6)
+    nodes, inits = _dense_block(rng, 4)
+    x = rng.standard_normal((batch, 3, 5, 4)).astype(dtype)
+    rep = _check(_model(nodes, inits, [batch, 3, 5, 4], dtype=dtype), x)
+    chained = [h for h in rep.inference_program.handlers if isinstance(h, _ConcatInto)]  # type: ignore[attr-defined]
+    assert [h.extends for h in chained] == [False, True, True, True]
+    assert {h.total for h in chained} == {11}
+    prog = rep.inference_program  # type: ignore[attr-defined]
+    with autograd.no_grad():  # every link is a view of the last concat's buffer
+        _, c1, c3 = (t.data for t in prog.run(prog.feeds([x]), aux_output=["c1", "c3"]))
+    assert c1.base is c3 and c3.base is None
+
+
+def test_concat_chain_along_the_last_axis_of_3d_tensors() -> None:
+    rng = np.random.default_rng(7)
+    nodes = [helper.make_node("Concat", ["x", "x"], ["c0"], axis=-1)]
+    for j in range(1, 4):
+        nodes += [
+            helper.make_node("Neg", [f"c{j - 1}"], [f"n{j}"]),
+            helper.make_node("Concat", [f"c{j - 1}", f"n{j}", "x"], [f"c{j}"], axis=-1),
+        ]
+    nodes.append(helper.make_node("Identity", ["c3"], ["y"]))
+    rep = _check(_model(nodes, {}, [2, 3, 2]), rng.standard_normal((2, 3, 2)).astype(np.float32))
+    assert _kinds(rep).count("_ConcatInto") == 4
+
+
+def test_concat_read_by_two_concats_is_not_extended_twice() -> None:
+    rng = np.random.default_rng(8)
+    nodes, inits = _dense_block(rng, 3)
+    # c0 extended by c1 and, again, by a second concat: each must get its own channels
+    nodes[-1:] = [
+        helper.make_node("Concat", ["c0", "x"], ["d"], axis=1),
+        helper.make_node("Relu", ["c2"], ["r"]),
+        helper.make_node("ReduceSum", ["d"], ["s"], keepdims=1),
+        helper.make_node("Add", ["r", "s"], ["y"]),
+    ]
+    rep = _check(_model(nodes, inits, [1, 3, 4, 4]), rng.standard_normal((1, 3, 4, 4)).astype(np.float32))
+    kinds = _kinds(rep)
+    assert "_ConcatInto" in kinds  # c1 -> c2 still chains
+    concat_of_c0 = [
+        h
+        for n, h in zip(rep.inference_program.nodes, rep.inference_program.handlers)  # type: ignore[attr-defined]
+        if n.op == "Concat" and n.inputs[0] == "c0"
+    ]
+    assert all(h is HANDLERS["Concat"] or not h.extends for h in concat_of_c0)
+
+
+def test_concat_chain_stops_at_a_graph_output() -> None:
+    rng = np.random.default_rng(9)
+    nodes, inits = _dense_block(rng, 3)
+    model = _model(nodes, inits, [1, 3, 4, 4], outputs=("y", "c1"))
+    rep = _check(model, rng.standard_normal((1, 3, 4, 4)).astype(np.float32))
+    # c1 is returned: c2 must not extend it, so the chain is c0 -> c1, and c1 is its whole buffer
+    chained = [h for h in rep.inference_program.handlers if isinstance(h, _ConcatInto)]  # type: ignore[attr-defined]
+    assert [h.extends for h in chained] == [False, True] and chained[0].total == 7
+    assert rep.run([rng.standard_normal((1, 3, 4, 4)).astype(np.float32)])[1].data.base is None
+
+
+def test_concat_chain_falls_back_when_the_input_outgrows_the_inferred_size() -> None:
+    rng = np.random.default_rng(10)
+    nodes = [helper.make_node("Concat", ["x", "x"], ["c0"], axis=1)]
+    nodes += [
+        helper.make_node("Concat", ["c0", "x"], ["c1"], axis=1),
+        helper.make_node("Relu", ["c1"], ["y"]),
+    ]
+    rep = prepare(_model(nodes, {}, [1, 2, 3]))
+    assert _kinds(rep).count("_ConcatInto") == 2
+    for channels in (2, 3, 1):  # declared 2; wider runs the plain concat, narrower a part of the buffer
+        x = rng.standard_normal((1, channels, 3)).astype(np.float32)
+        np.testing.assert_array_equal(rep.run([x])[0].numpy(), np.maximum(np.concatenate([x, x, x], 1), 0))
+
+
+def test_concat_with_an_unknown_size_is_left_alone() -> None:
+    nodes = [
+        helper.make_node("Concat", ["x", "x"], ["c0"], axis=1),
+        helper.make_node("Concat", ["c0", "x"], ["y"], axis=1),
+    ]
+    rep = _check(_model(nodes, {}, [1, "c", 3]), np.ones((1, 2, 3), np.float32))
+    assert "_ConcatInto" not in _kinds(rep)
+
+
+# -- average pool before a 1x1 conv ------------------------------------------------------------
+def _conv_pool(rng: np.random.Generator, conv: dict | None = None, **pool: object) -> tuple[list, dict]:
+    inits = {"W": rng.standard_normal((4, 6, 1, 1)), "B": rng.standard_normal(4)}
+    nodes = [
+        helper.make_node("Relu", ["x"], ["r"]),
+        helper.make_node("Conv", ["r", "W", "B"], ["c"], **(conv or {})),
+        helper.make_node("AveragePool", ["c"], ["y"], **({"kernel_shape": [2, 2], "strides": [2, 2]} | pool)),
+    ]
+    return nodes, inits
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_average_pool_runs_before_a_pointwise_conv(dtype: type) -> None:
+    rng = np.random.default_rng(12)
+    nodes, inits = _conv_pool(rng)
+    rep = _check(
+        _model(nodes, inits, [1, 6, 6, 5], dtype=dtype), rng.standard_normal((1, 6, 6, 5)).astype(dtype)
+    )
+    assert [n.op for n in rep.inference_program.nodes] == ["Relu", "AveragePool", "Conv"]  # type: ignore[attr-defined]
+
+
+def test_global_average_pool_runs_before_a_pointwise_conv() -> None:
+    rng = np.random.default_rng(13)
+    nodes, inits = _conv_pool(rng)
+    nodes[2] = helper.make_node("GlobalAveragePool", ["c"], ["y"])
+    rep = _check(_model(nodes, inits, [2, 6, 4, 3]), rng.standard_normal((2, 6, 4, 3)).astype(np.float32))
+    assert [n.op for n in rep.inference_program.nodes] == ["Relu", "GlobalAveragePool", "Conv"]  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize(
+    "conv, pool",
+    [
+        ({"strides": [2, 2]}, {}),  # a strided conv skips pixels the pool would average
+        ({"pads": [1, 1, 1, 1]}, {}),  # the padded border gets the bias only
+        ({}, {"pads": [1, 1, 1, 1]}),  # windows over padding weigh the bias by less than one
+        ({}, {"ceil_mode": 1, "count_include_pad": 1}),
+    ],
+)
+def test_average_pool_stays_after_the_conv_when_they_do_not_commute(conv: dict, pool: dict) -> None:
+    rng = np.random.default_rng(14)
+    nodes, inits = _conv_pool(rng, conv, **pool)
+    rep = _check(_model(nodes, inits, [1, 6, 7, 5]), rng.standard_normal((1, 6, 7, 5)).astype(np.float32))
+    assert [n.op for n in rep.inference_program.nodes] == ["Relu", "Conv", "AveragePool"]  # type: ignore[attr-defined]
+
+
+def test_conv_output_read_elsewhere_keeps_the_pool_after_it() -> None:
+    rng = np.random.default_rng(15)
+    nodes, inits = _conv_pool(rng)
+    model = _model(nodes, inits, [1, 6, 4, 4], outputs=("y", "c"))
+    rep = _check(model, rng.standard_normal((1, 6, 4, 4)).astype(np.float32))
+    assert [n.op for n in rep.inference_program.nodes] == ["Relu", "Conv", "AveragePool"]  # type: ignore[attr-defined]
