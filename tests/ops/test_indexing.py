@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from arraygen import DTYPES, arrays, elements, rand, t_
 from hypothesis import given
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
@@ -12,30 +13,6 @@ from opcheck import check_forward, check_grad, run
 from singa_lite import autograd, tensor
 from singa_lite.errors import DTypeError, ShapeError
 from singa_lite.ops import shape as S
-
-DTYPES = [np.float16, np.float32, np.float64, np.int32, np.int64, np.bool_]
-
-
-def elements(dtype: type) -> st.SearchStrategy:
-    kind = np.dtype(dtype).kind
-    if kind == "f":
-        return st.floats(-4, 4, width=16)
-    return st.booleans() if kind == "b" else st.integers(-20, 20)
-
-
-@st.composite
-def arrays(draw: st.DrawFn, min_dims: int = 1, max_dims: int = 3, min_side: int = 0) -> np.ndarray:
-    dtype = draw(st.sampled_from(DTYPES))
-    shape = hnp.array_shapes(min_dims=min_dims, max_dims=max_dims, min_side=min_side, max_side=4)
-    return draw(hnp.arrays(dtype, shape, elements=elements(dtype)))
-
-
-def rand(*shape: int, seed: int = 0) -> np.ndarray:
-    return np.random.default_rng(seed).standard_normal(shape)
-
-
-def t_(x, dev) -> tensor.Tensor:
-    return tensor.from_numpy(np.asarray(x), dev)
 
 
 def onnx_slice_ref(x, starts, ends, axes, steps):
@@ -53,7 +30,7 @@ def onnx_slice_ref(x, starts, ends, axes, steps):
     return x[np.ix_(*idx)]
 
 
-@given(x=arrays(), data=st.data())
+@given(x=arrays(min_dims=1), data=st.data())
 def test_slice_forward(dev, x, data):
     axes = data.draw(st.lists(st.integers(0, x.ndim - 1), min_size=1, max_size=x.ndim, unique=True))
     big = st.sampled_from([2**62, -(2**62)]) | st.integers(-6, 6)
@@ -131,7 +108,7 @@ def test_getitem_errors(dev):
         t[[0, 5]]
 
 
-@given(x=arrays(), data=st.data())
+@given(x=arrays(min_dims=1), data=st.data())
 def test_gather_forward(dev, x, data):
     axis = data.draw(st.integers(-x.ndim, x.ndim - 1))
     n = x.shape[axis]

@@ -4,38 +4,14 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from arraygen import DTYPES, arrays, rand, t_
 from hypothesis import given
 from hypothesis import strategies as st
-from hypothesis.extra import numpy as hnp
 from opcheck import check_forward, check_grad, run
 
 from singa_lite import autograd, tensor
 from singa_lite.errors import DTypeError, ShapeError
 from singa_lite.ops import shape as S
-
-DTYPES = [np.float16, np.float32, np.float64, np.int32, np.int64, np.bool_]
-
-
-def elements(dtype: type) -> st.SearchStrategy:
-    kind = np.dtype(dtype).kind
-    if kind == "f":
-        return st.floats(-4, 4, width=16)
-    return st.booleans() if kind == "b" else st.integers(-20, 20)
-
-
-@st.composite
-def arrays(draw: st.DrawFn, min_dims: int = 0, max_dims: int = 3, min_side: int = 0) -> np.ndarray:
-    dtype = draw(st.sampled_from(DTYPES))
-    shape = hnp.array_shapes(min_dims=min_dims, max_dims=max_dims, min_side=min_side, max_side=4)
-    return draw(hnp.arrays(dtype, shape, elements=elements(dtype)))
-
-
-def rand(*shape: int, seed: int = 0) -> np.ndarray:
-    return np.random.default_rng(seed).standard_normal(shape)
-
-
-def t_(x: np.ndarray, dev) -> tensor.Tensor:
-    return tensor.from_numpy(np.asarray(x), dev)
 
 
 # -- reshape family ---------------------------------------------------------------------------
