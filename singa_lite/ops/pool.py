@@ -17,6 +17,8 @@ import itertools
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np  # the window counts of AvgPool are host-side geometry; array math uses xp
+
 from singa_lite import autograd
 from singa_lite.autograd import Operator
 from singa_lite.errors import DTypeError, ShapeError
@@ -156,6 +158,9 @@ class _Window:
         geo = zip(self.kernel, self.stride, self.dilation, out, self.begin)
         for axis, (k, s, d, o, pb) in enumerate(geo):
             lead, n = (slice(None),) * (axis + 2), y.shape[axis + 2]
+            if axis == self.n - 1 and n == s * o and k > 1 and y.flags.c_contiguous:
+                y = _flat_last_axis(xp, y, k, s, d, pb, op)
+                continue
             spans = []  # (first output, end output, view of y) per tap that reaches x
             for i in range(k):
                 lo, hi = max(0, -(-(pb - i * d) // s)), min(o, (n - 1 - i * d + pb) // s + 1)
@@ -182,6 +187,45 @@ class _Window:
 
     def overlapping(self) -> bool:
         return any(d * (k - 1) + 1 > s for k, s, d in zip(self.kernel, self.stride, self.dilation))
+
+
+def _flat_last_axis(xp: Any, y: Any, k: int, s: int, d: int, pb: int, op: Any) -> Any:
+    """``op`` over windows of ``k`` taps (stride ``s``, dilation ``d``, ``pb`` cells of begin
+    padding) along the last axis of C-contiguous ``y``, whose length is ``s`` times the
+    output's: a new array.
+
+    Then output cell ``p`` of the flattened result reads input cell ``s*p + offset`` of the
+    flattened ``y`` for every row at once, so each tap is one long strided vector op; the
+    views of a row-by-row sweep have inner loops only a row long (14 cells in inception's
+    pools), measured 1.5-3x slower. A flat tap reaches across row ends into the columns
+    nearest the borders, so those few columns are then made again, column by column, from
+    the taps that stay inside their row.
+    """
+    L = y.shape[-1]
+    o = L // s
+    offs = [i * d - pb for i in range(k)]
+    f = y.reshape(-1)
+    acc = xp.empty((*y.shape[:-1], o), dtype=y.dtype)
+    flat = acc.reshape(-1)
+    for t, off in enumerate(offs):
+        lo = max(0, -(off // s))  # first and end output cells whose source cell exists
+        hi = min(flat.size, (f.size - 1 - off) // s + 1)
+        src = f[s * lo + off : s * (hi - 1) + off + 1 : s]
+        if t == 0:
+            flat[lo:hi] = src
+        else:
+            part = flat[lo:hi]
+            op(part, src, out=part)
+    rows, cols = acc.reshape(-1, o), y.reshape(-1, L)
+    first_inside = -(offs[0] // s)  # columns before it, or from `last_inside` on, reach out
+    last_inside = (L - 1 - offs[-1]) // s + 1
+    for w in [*range(min(o, first_inside)), *range(max(0, last_inside), o)]:
+        inside = [s * w + off for off in offs if 0 <= s * w + off < L]  # never empty
+        col = rows[:, w]
+        col[...] = cols[:, inside[0]]
+        for c in inside[1:]:
+            op(col, cols[:, c], out=col)
+    return acc
 
 
 class _Pool(Operator):
@@ -273,22 +317,29 @@ class AvgPool(_Pool):
             self.prepare(x, 0, pad=False)
             y = self.win.reduce_separably(self.xp, x, self.out, self.xp.add, 0)
         self.scale = self._inverse_counts(acc)
-        y *= self.scale
+        if self.scale.ndim and y.flags.c_contiguous:  # flat images: (Ho, Wo) loops row by row
+            flat = y.reshape(*y.shape[:2], -1)
+            flat *= self.scale.reshape(1, 1, -1)
+        else:
+            y *= self.scale
         return y.astype(x.dtype, copy=False)
 
     def _inverse_counts(self, dtype: Any) -> Any:
-        """1 / (cells counted per window), broadcastable against the output."""
-        xp, win = self.xp, self.win
-        scale = xp.ones((1, 1) + (1,) * win.n, dtype)
+        """1 / (cells counted per window), broadcastable against the output: a scalar where
+        every window counts the same. Pure geometry, so it is worked out on the host."""
+        win = self.win
+        scale = np.ones((1, 1) + (1,) * win.n, dtype)
         geo = zip(self.x_shape[2:], self.out, win.kernel, win.stride, win.dilation, win.begin, win.end)
         for axis, (size, o, k, s, d, pb, pe) in enumerate(geo):
-            cells = xp.arange(o)[:, None] * s + xp.arange(k)[None, :] * d  # padded coordinates
+            cells = np.arange(o)[:, None] * s + np.arange(k)[None, :] * d  # padded coordinates
             lo, hi = (0, size + pb + pe) if self.count_include_pad else (pb, pb + size)
             count = ((cells >= lo) & (cells < hi)).sum(axis=1)
             shape = [1] * (win.n + 2)
             shape[axis + 2] = o
             scale = scale / count.reshape(shape).astype(dtype)
-        return scale
+        if scale.min() == scale.max():
+            return scale.dtype.type(scale.flat[0])
+        return self.xp.asarray(scale)
 
     def backward(self, dy: Any) -> Any:
         xp = self.xp
