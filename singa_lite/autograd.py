@@ -134,18 +134,24 @@ def _common_device(op: Operator, xs: tuple) -> Any:
 
 
 def _topological(root: Operator) -> tuple[list[Operator], dict[int, int]]:
-    """Ops reachable from ``root``, outputs before inputs; and how often each leaf is used."""
+    """The ops below ``root`` that lead to a param (a ``stores_grad`` leaf), outputs before
+    inputs; and how often each param is used by them.
+
+    Ops whose inputs reach no param are left out, and each kept op's ``needs_grad`` is narrowed
+    to the inputs that do: ``backward`` yields gradients of params only, so a data tensor
+    created with ``requires_grad=True`` (``Tensor``'s default, as in SINGA) costs no input
+    gradient, and a cast of it made once before a training loop is not walked again.
+    """
     # Iterative depth-first post-order. An op is marked when it is expanded, not when it is
     # pushed, so an op reachable by paths of different depths is still placed after every op
     # that feeds gradient into it.
-    order: list[Operator] = []
-    leaf_uses: dict[int, int] = {}
+    post: list[Operator] = []
     seen: set[int] = set()
     stack: list[tuple[Operator, bool]] = [(root, False)]
     while stack:
         op, expanded = stack.pop()
         if expanded:
-            order.append(op)
+            post.append(op)
             continue
         if id(op) in seen:
             continue
@@ -158,13 +164,27 @@ def _topological(root: Operator) -> tuple[list[Operator], dict[int, int]]:
         stack.append((op, True))
         for x in op.inputs:
             c = x.creator
-            if c is None:
-                if x.requires_grad:
-                    leaf_uses[id(x)] = leaf_uses.get(id(x), 0) + 1
-            elif id(c) not in seen:
+            if c is not None and id(c) not in seen:
                 stack.append((c, False))
+    # Post-order lists every op after the ops that make its inputs.
+    reaches: set[int] = set()
+    order: list[Operator] = []
+    param_uses: dict[int, int] = {}
+    for op in post:
+        need = tuple(
+            x.requires_grad and (x.stores_grad if x.creator is None else id(x.creator) in reaches)
+            for x in op.inputs
+        )
+        if not any(need):
+            continue
+        reaches.add(id(op))
+        op.needs_grad = need
+        order.append(op)
+        for x, n in zip(op.inputs, need):
+            if n and x.creator is None:
+                param_uses[id(x)] = param_uses.get(id(x), 0) + 1
     order.reverse()
-    return order, leaf_uses
+    return order, param_uses
 
 
 def run_step(fn: Any, *args: Any) -> Any:
@@ -234,8 +254,8 @@ def backward(y: Tensor, dy: Any = None, retain_graph: bool | None = None) -> Ite
             dxs = (dxs,)
         if len(dxs) != len(op.inputs):
             raise RuntimeError(f"{op.name}.backward returned {len(dxs)} grads for {len(op.inputs)} inputs")
-        for x, dx in zip(op.inputs, dxs):
-            if dx is None or not x.requires_grad:
+        for x, dx, need in zip(op.inputs, dxs, op.needs_grad):
+            if dx is None or not need:
                 continue
             if dx.shape != x.shape:
                 raise RuntimeError(f"{op.name}.backward: grad shape {dx.shape} != input shape {x.shape}")
@@ -251,14 +271,13 @@ def backward(y: Tensor, dy: Any = None, retain_graph: bool | None = None) -> Ite
             leaf_grads[k] = dx if k not in leaf_grads else leaf_grads[k] + dx
             leaves[k] = x
             leaf_uses[k] -= 1
-            if leaf_uses[k] == 0 and x.stores_grad:
+            if leaf_uses[k] == 0:
                 yield x, Tensor._wrap(leaf_grads.pop(k), x.device, False, None, 0)
         if not retain_graph:
             op.release()
-    # Leaves whose other uses lay on paths that carried no gradient.
+    # Params whose other uses lay on paths that carried no gradient.
     for k, g in leaf_grads.items():
-        if leaves[k].stores_grad:
-            yield leaves[k], Tensor._wrap(g, leaves[k].device, False, None, 0)
+        yield leaves[k], Tensor._wrap(g, leaves[k].device, False, None, 0)
 
 
 def gradients(y: Tensor, dy: Any = None) -> dict[Tensor, Tensor]:

@@ -170,3 +170,33 @@ def test_second_backward_through_a_freed_graph_says_so():
     g1 = dict(autograd.backward(loss2, retain_graph=True))
     g2 = dict(autograd.backward(loss2))
     np.testing.assert_array_equal(tensor.to_numpy(g1[x]), tensor.to_numpy(g2[x]))
+
+
+class RecordsGrads(Operator):
+    """``a * b``, remembering which input gradients backward was asked for."""
+
+    def forward(self, a, b):
+        self.a, self.b = a, b
+        return a * b
+
+    def backward(self, dy):
+        self.asked = self.needs_grad
+        return (dy * self.b if self.needs_grad[0] else None, dy * self.a if self.needs_grad[1] else None)
+
+
+def test_backward_walks_only_paths_to_params():
+    """A data tensor with requires_grad=True (Tensor's default, as in SINGA) gets no gradient
+    computed for it, and a cast of it made once before the loop is not walked again."""
+    autograd.training = True
+    w = param([2.0, 3.0])
+    data = tensor.Tensor(data=np.array([1.0, 4.0]))  # requires_grad=True, stores_grad=False
+    assert data.requires_grad and not data.stores_grad
+    x = data.as_type(tensor.float64)  # recorded once, outside the "loop"
+    for _ in range(2):
+        op = RecordsGrads()
+        (y,) = op(x, w)
+        g = autograd.gradients(autograd.reduce_sum(y))
+        assert set(g) == {w} and op.asked == (False, True)
+        np.testing.assert_array_equal(tensor.to_numpy(g[w]), [1.0, 4.0])
+    assert x.creator is not None and not x.creator.released  # never on a path to a param
+    assert list(autograd.backward(autograd.reduce_sum(x * 2))) == []  # no param: nothing to do
