@@ -30,6 +30,8 @@ from singa_lite.tensor import Tensor
 class Model(Layer):
     """Base class of trainable models; subclasses define ``forward`` and ``train_one_batch``."""
 
+    _top_level = True
+
     def __init__(self) -> None:
         super().__init__()
         self.training = True
@@ -100,32 +102,37 @@ class Model(Layer):
         if not self.training:
             return self.forward(*args, **kwargs)
         autograd.training = True
-        if self.graph_mode and not kwargs:
-            return self._graph_step(args)
+        if self.graph_mode:
+            return self._graph_step(args, kwargs)
         return self.train_one_batch(*args, **kwargs)
 
     def train_one_batch(self, *args: Any, **kwargs: Any) -> Any:
         raise TypeError(f"{type(self).__name__} must define train_one_batch to be called in training mode")
 
-    def _graph_step(self, args: tuple) -> Any:
+    def _graph_step(self, args: tuple, kwargs: dict) -> Any:
+        # Keyword arguments (SINGA's MLP example passes ``spars=None``) are matched and replayed
+        # as trailing positional ones, under their recorded names.
+        keys = tuple(kwargs)
+        flat = args + tuple(kwargs.values())
         g = self._graph
         if g is not None:
-            if g.matches(args):
-                return g.replay(args)
+            if g.keys == keys and g.matches(flat):
+                return g.replay(flat)
             warnings.warn(
-                f"graph mode: this call's inputs {_describe(args)} differ from the recorded "
-                f"{_describe(g.inputs)}; running it eagerly",
+                f"graph mode: this call's inputs {_describe(flat, keys)} differ from the recorded "
+                f"{_describe(g.inputs, g.keys)}; running it eagerly",
                 stacklevel=3,
             )
-            return self.train_one_batch(*args)
+            return self.train_one_batch(*args, **kwargs)
         # Record on copies of the tensor arguments: they become the graph's own placeholders,
         # which replays fill in place, so the caller's tensors are never written to and arrays
         # captured inside ops (index tensors, views) see every new batch.
-        placeholders = tuple(a.clone() if isinstance(a, Tensor) else a for a in args)
+        placeholders = tuple(a.clone() if isinstance(a, Tensor) else a for a in flat)
+        n = len(args)
         tape: list = []
         autograd._tape, autograd._retain_graph = tape, True
         try:
-            out = self.train_one_batch(*placeholders)
+            out = self.train_one_batch(*placeholders[:n], **dict(zip(keys, placeholders[n:])))
         finally:
             autograd._tape, autograd._retain_graph = None, False
         if not any(entry[0] == "step" for entry in tape):
@@ -134,7 +141,7 @@ class Model(Layer):
                 "an optimizer (self.optimizer(loss)) for replays to train",
                 stacklevel=3,
             )
-        self._graph = _Graph(placeholders, tape, out)
+        self._graph = _Graph(placeholders, tape, out, keys)
         return out
 
     # -- checkpoints (the format lives in singa_lite.checkpoint; models never touch files) ---
@@ -202,8 +209,9 @@ class Model(Layer):
 class _Graph:
     """One recorded training step: forward ops in call order and the update steps."""
 
-    def __init__(self, inputs: tuple, tape: list, out: Any) -> None:
-        self.inputs = inputs
+    def __init__(self, inputs: tuple, tape: list, out: Any, keys: tuple = ()) -> None:
+        self.inputs = inputs  # positional arguments, then the values of the keyword ones
+        self.keys = keys  # the keyword arguments' names
         self.tape = tape
         self.out = out
 
@@ -259,8 +267,13 @@ def _shapes_of(out: Any) -> Any:
     return None
 
 
-def _describe(args: tuple) -> str:
-    return "(" + ", ".join(str(a.shape) if isinstance(a, Tensor) else repr(a) for a in args) + ")"
+def _describe(args: tuple, keys: tuple = ()) -> str:
+    names = [""] * (len(args) - len(keys)) + [k + "=" for k in keys]
+    return (
+        "("
+        + ", ".join(n + (str(a.shape) if isinstance(a, Tensor) else repr(a)) for n, a in zip(names, args))
+        + ")"
+    )
 
 
 __all__ = ["Model"]

@@ -328,18 +328,26 @@ class Optimizer(abc.ABC):
         self._unplaced = {name for values in slots.values() for name in values}
 
     # -- helpers for apply -----------------------------------------------------------------
-    def _name_of(self, param: Tensor) -> str:
+    @staticmethod
+    def _name_of(param: Tensor) -> str:
+        """The slot key of ``param``: its name, given one first if it has none.
+
+        Layers name their params by attribute path; a bare tensor trained by ``opt(loss)`` or
+        ``update`` (SINGA's autograd-only scripts) is named ``str(id(param))`` as SINGA does, so
+        its slots persist across steps. Such a name means nothing in another process: name the
+        tensor yourself to save and restore its slots.
+        """
         if param.name is None:
-            raise OptimizerError(
-                f"{type(self).__name__}: a parameter of shape {param.shape} has no name; optimizer "
-                "slots are keyed by name, so set `param.name` (layers name their params automatically)"
-            )
+            param.name = str(id(param))
         return param.name
 
     def _prepare(self, name: str | None, param: Tensor, grad: Any) -> tuple[Any, Any, Any, Any]:
         """``(param array, grad array, xp, scalar type)``, after the checks every apply needs."""
         if name is None:
-            self._name_of(param)  # raises the "name your params" error
+            raise OptimizerError(
+                f"{type(self).__name__}.apply: param_name is None for a parameter of shape "
+                f"{param.shape}; optimizer slots are keyed by name"
+            )
         p = param.data
         g = grad.data if isinstance(grad, Tensor) else grad
         if g.shape != p.shape:

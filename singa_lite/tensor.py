@@ -16,6 +16,7 @@ comparison, indexing, ``reshape`` and ``transpose`` go through differentiable op
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import numpy as np
@@ -149,7 +150,17 @@ class Tensor:
         return arr if dtype is None else arr.astype(dtype)
 
     def __bool__(self) -> bool:
-        return bool(self.data)
+        """A one-element tensor is as true as its value (NumPy's rule). Any other tensor is true,
+        as every tensor object is in SINGA, whose scripts write ``if labels:`` for "is not None";
+        NumPy would call that ambiguous, so it warns once per call site."""
+        if self.size() == 1:
+            return bool(self.data.reshape(()).item())
+        warnings.warn(
+            f"bool() of a Tensor of shape {self.shape} is True, as any tensor object is in SINGA; "
+            "test `is not None`, or reduce first (e.g. `(t > 0).all()`) to test the values",
+            stacklevel=2,
+        )
+        return True
 
     def __float__(self) -> float:
         return float(self.data.reshape(()).item())

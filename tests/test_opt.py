@@ -393,13 +393,18 @@ def test_state_errors():
 
 
 # -- argument and parameter errors -------------------------------------------------------------
-def test_unnamed_param_is_an_error():
+def test_unnamed_param_gets_a_name_and_keeps_its_slots():
+    """As SINGA's: a bare tensor trained by opt(loss) is named str(id(p)), so its momentum
+    persists across steps; apply() with no name at all is still an error."""
     p = param(np.ones(2, np.float32), name=None)
-    with pytest.raises(SingaLiteError, match=r"no name.*param\.name"):
+    with pytest.raises(SingaLiteError, match=r"param_name is None"):
         opt.Adam().apply(None, p, tensor.from_numpy(np.ones(2, np.float32)))
     autograd.training = True
-    with pytest.raises(SingaLiteError, match="no name"):
-        opt.SGD(0.1)(p * p)
+    sgd = opt.SGD(0.1, momentum=0.5)
+    sgd(p * p)  # grad 2p = 2: buf = 2, p = 1 - 0.2
+    assert p.name == str(id(p)) and set(sgd.moments) == {p.name}
+    sgd(p * p)  # grad 1.6: buf = 0.5 * 2 + 1.6 = 2.6, p = 0.8 - 0.26
+    np.testing.assert_allclose(tensor.to_numpy(p), [0.54, 0.54], rtol=1e-6)
 
 
 def test_bad_arguments():

@@ -205,3 +205,11 @@ def test_copy_from_accepts_a_host_array_of_the_same_size():
     t = Tensor((2, 2))
     t.copy_from(np.arange(4, dtype=np.float32))
     assert tensor.to_numpy(t).tolist() == [[0, 1], [2, 3]]
+
+
+def test_truth_value_follows_numpy_for_one_element_and_singa_otherwise():
+    assert not tensor.from_numpy(np.array([0.0]))
+    assert tensor.from_numpy(np.array(2))
+    labels = tensor.from_numpy(np.zeros((4, 1), np.int32))
+    with pytest.warns(UserWarning, match="is True, as any tensor object is in SINGA"):
+        assert labels  # SINGA scripts write `if labels:` for "is not None"

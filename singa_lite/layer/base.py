@@ -12,6 +12,8 @@ before ``forward``: shapes are learnt from the data (Keras's ``build``, SINGA's 
 
 from __future__ import annotations
 
+import functools
+import types
 from collections.abc import Iterator
 from typing import Any
 
@@ -26,12 +28,18 @@ class Layer:
     """Base class of layers and models. Subclasses define ``initialize`` and ``forward``."""
 
     sep = "."
+    _top_level = False  # Models set this: they are never adopted as sub-layers
     _layers: dict[str, Layer]
     _params: dict[str, Tensor]
     _states: dict[str, Tensor]
     _initialized: bool
     _parent: Layer | None
     name: str | None
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "forward" in cls.__dict__:
+            cls.forward = _initializing(cls.__dict__["forward"])  # type: ignore[method-assign]
 
     def __init__(self) -> None:
         object.__setattr__(self, "_layers", {})
@@ -44,24 +52,55 @@ class Layer:
     # -- registration -----------------------------------------------------------------------
     def __setattr__(self, name: str, value: Any) -> None:
         if "_layers" not in self.__dict__:
-            raise RuntimeError(f"{type(self).__name__}.__init__ must call super().__init__() first")
+            # Plain values may come first (SINGA's ResNet sets ``self.inplanes`` before calling
+            # ``super().__init__()``); layers and tensors need the registries.
+            if isinstance(value, (Layer, Tensor)):
+                raise RuntimeError(f"{type(self).__name__}.__init__ must call super().__init__() first")
+            object.__setattr__(self, name, value)
+            return
         if not name.startswith("_"):
-            for registry in (self._layers, self._params, self._states):
-                registry.pop(name, None)
+            self._unregister(name)
             if isinstance(value, Layer):
-                self._layers[name] = value
-                object.__setattr__(value, "_parent", self)
-                object.__setattr__(value, "name", name)
-                value._rename()
+                self._attach(name, value)
             elif isinstance(value, Tensor):
                 (self._params if value.stores_grad else self._states)[name] = value
                 value.name = self._prefix() + name
+            elif isinstance(value, types.FunctionType) and value.__closure__:
+                self._adopt_closure(name, value)
         object.__setattr__(self, name, value)
 
     def __delattr__(self, name: str) -> None:
+        self._unregister(name)
+        object.__delattr__(self, name)
+
+    def _attach(self, name: str, lyr: Layer) -> None:
+        self._layers[name] = lyr
+        object.__setattr__(lyr, "_parent", self)
+        object.__setattr__(lyr, "name", name)
+        lyr._rename()
+
+    def _unregister(self, name: str) -> None:
         for registry in (self._layers, self._params, self._states):
             registry.pop(name, None)
-        object.__delattr__(self, name)
+        for key in [k for k in self._layers if k.startswith(name + self.sep)]:
+            del self._layers[key]  # layers adopted from a function's closure (below)
+
+    def _adopt_closure(self, name: str, fn: types.FunctionType) -> None:
+        """Register the unowned layers a function attribute closes over as ``name.<variable>``.
+
+        SINGA's ResNet builds its shortcut as ``def _downsample(x): return bn(conv(x))`` and
+        stores the function: without this its conv and bn would train (the optimizer sees every
+        parameter the loss reaches) but never be saved, and their unprefixed names (``W``,
+        ``scale``) would collide in the optimizer's slots. Layers that already have an owner
+        and models (which are never sub-layers) are left alone.
+        """
+        for var, cell in zip(fn.__code__.co_freevars, fn.__closure__ or ()):
+            try:
+                lyr = cell.cell_contents
+            except ValueError:  # an empty cell: the variable is assigned after the function
+                continue
+            if isinstance(lyr, Layer) and lyr._parent is None and lyr is not self and not lyr._top_level:
+                self._attach(name + self.sep + var, lyr)
 
     def register_layers(self, *layers: Layer) -> None:
         """Register layers held in a list: they are named by position (``0``, ``1``, ...)."""
@@ -168,3 +207,21 @@ class Layer:
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}()"
+
+
+def _initializing(forward: Any) -> Any:
+    """``forward`` that first runs ``initialize`` with its own arguments on an uninitialized layer.
+
+    As SINGA's ``LayerMeta``: a model's ``train_one_batch`` calls ``self.forward`` directly, so
+    a model that defines ``initialize`` (SINGA's CharRNN creates its hidden states there) is
+    built on that first call even without ``compile``.
+    """
+
+    @functools.wraps(forward)
+    def wrapper(self: Layer, *args: Any, **kwargs: Any) -> Any:
+        if not self._initialized:
+            self.initialize(*args, **kwargs)
+            object.__setattr__(self, "_initialized", True)
+        return forward(self, *args, **kwargs)
+
+    return wrapper

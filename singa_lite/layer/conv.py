@@ -108,17 +108,40 @@ class Conv2d(Layer):
 
 
 class SeparableConv2d(Layer):
-    """Depthwise convolution (one filter per channel) followed by a 1x1 pointwise convolution."""
+    """Depthwise convolution (one filter per channel) followed by a 1x1 pointwise convolution.
+
+    ``SeparableConv2d(nb_kernels, kernel_size, stride=1, padding=0, bias=False)``; as SINGA, the
+    legacy form ``SeparableConv2d(in_channels, out_channels, kernel_size[, stride[, padding]])``
+    (used by SINGA's Xception) is accepted too.
+    """
 
     def __init__(
-        self, nb_kernels: int, kernel_size: Any, stride: Any = 1, padding: Any = 0, bias: bool = False
+        self,
+        nb_kernels: int,
+        kernel_size: Any,
+        *args: Any,
+        stride: Any = 1,
+        padding: Any = 0,
+        bias: bool = False,
     ) -> None:
         super().__init__()
+        self.in_channels = None
+        if args:  # legacy SeparableConv2d(in_channels, out_channels, kernel_size, stride, padding)
+            self.in_channels, nb_kernels, kernel_size = nb_kernels, kernel_size, args[0]
+            if len(args) > 1:
+                stride = args[1]
+            if len(args) > 2:
+                padding = args[2]
+            if len(args) > 3:
+                raise TypeError(f"SeparableConv2d: too many positional arguments {(nb_kernels, *args)}")
         self.nb_kernels = int(nb_kernels)
         self.kernel_size, self.stride, self.padding, self.bias = kernel_size, stride, padding, bias
 
     def initialize(self, x: Tensor) -> None:
+        self.check_ndim(x, 4, "(N, C, H, W)")
         c = x.shape[1]
+        if self.in_channels is not None and self.in_channels != c:
+            raise ShapeError(f"SeparableConv2d: built for {self.in_channels} input channels, got {x.shape}")
         self.depthwise_conv = Conv2d(
             c, self.kernel_size, stride=self.stride, padding=self.padding, group=c, bias=self.bias
         )

@@ -52,6 +52,14 @@ class _Loss(Operator):
     def result(self, total: Any, n: int, dtype: Any) -> Any:
         return self.xp.asarray(total / n, dtype=dtype).reshape(1)
 
+    @staticmethod
+    def label_column(x: Any, t: Any) -> Any:
+        """``t`` as ``(N,)`` labels when it is an ``(N, 1)`` integer column against ``C > 1``
+        classes (SINGA's char-rnn example passes labels so); otherwise ``t`` unchanged."""
+        if t.ndim == 2 and t.shape[1] == 1 and t.dtype.kind in "iu" and x.ndim == 2 and x.shape[1] > 1:
+            return t.reshape(t.shape[0])
+        return t
+
     def targets(self, x: Any, t: Any) -> bool:
         """Check ``t`` against the (N, C) scores ``x``; True when ``t`` holds class labels."""
         if x.ndim != 2:
@@ -91,6 +99,7 @@ class SoftMaxCrossEntropy(_Loss):
 
     def forward(self, x: Any, t: Any) -> Any:
         xp = self.xp
+        t = self.label_column(x, t)
         self.labels = self.targets(x, t)
         xc = self.compute(x)
         z = xc - xc.max(axis=1, keepdims=True)
@@ -123,6 +132,7 @@ class NLLLoss(_Loss):
     """Negative log-likelihood of log-probabilities ``logp``: ``-sum(t * logp) / N``."""
 
     def forward(self, logp: Any, t: Any) -> Any:
+        t = self.label_column(logp, t)
         self.labels = self.targets(logp, t)
         lc = self.compute(logp)
         N = logp.shape[0]
@@ -147,6 +157,7 @@ class CrossEntropy(_Loss):
 
     def forward(self, y: Any, t: Any) -> Any:
         xp = self.xp
+        t = self.label_column(y, t)
         self.labels = self.targets(y, t)
         yc = self.compute(y)
         N = y.shape[0]

@@ -147,6 +147,25 @@ def test_singa_conventions(dev):
     )
 
 
+@pytest.mark.parametrize("fn", [softmax_cross_entropy, nll_loss, cross_entropy])
+def test_label_column_is_taken_as_labels(dev, fn):
+    """SINGA's char-rnn passes labels as an (N, 1) integer column: same loss and gradient."""
+    rng = np.random.default_rng(0)
+    probs = rng.dirichlet(np.ones(4), size=3)
+    x_np = np.log(probs) if fn is nll_loss else probs
+    labels = np.array([2, 0, 3], np.int32)
+    results = []
+    for t_np in (labels, labels[:, None]):
+        x, t = to_tensors([x_np, t_np], dev)
+        x.requires_grad = x.stores_grad = True
+        with _training():
+            loss = fn(x, t)
+            (grad,) = autograd.gradients(loss).values()
+        results.append((tensor.to_numpy(loss), tensor.to_numpy(grad)))
+    np.testing.assert_array_equal(results[0][0], results[1][0])
+    np.testing.assert_array_equal(results[0][1], results[1][1])
+
+
 def test_softmax_cross_entropy_is_stable(dev):
     x = np.array([[1000.0, 0.0, -1000.0], [-1e4, 1e4, 0.0]], np.float32)
     t = np.array([0, 0], np.int64)
