@@ -25,12 +25,12 @@ from typing import Any
 
 import numpy as np
 import onnx
-from onnx import ModelProto, numpy_helper
+from onnx import ModelProto
 from onnx.backend.base import Backend, BackendRep
 
 from singa_lite import autograd
 from singa_lite import device as _device
-from singa_lite.errors import OnnxError, SingaLiteError, UnsupportedOperatorError
+from singa_lite.errors import DTypeError, OnnxError, ShapeError, SingaLiteError, UnsupportedOperatorError
 from singa_lite.sonnx.fusion import (
     _AffineChains,
     _AffineReluConv,
@@ -39,7 +39,7 @@ from singa_lite.sonnx.fusion import (
     _PoolBeforeConv,
 )
 from singa_lite.sonnx.handlers import HANDLERS, MAX_OPSET
-from singa_lite.sonnx.handlers_base import Node, storage_dtype
+from singa_lite.sonnx.handlers_base import Node, proto_array, storage_dtype
 from singa_lite.sonnx.handlers_nn import PackedConv
 from singa_lite.tensor import Tensor, from_numpy
 
@@ -105,6 +105,16 @@ def _elem_dtype(value_info: Any) -> np.dtype | None:
         return None
 
 
+def _input_spec(value_info: Any) -> tuple[np.dtype | None, tuple | None]:
+    """The declared element type and dims of a graph input: ``None`` where not declared, and
+    ``None`` for each symbolic or unknown dim (also a 0, which old exporters wrote for those)."""
+    t = value_info.type.tensor_type
+    if not t.HasField("shape"):
+        return _elem_dtype(value_info), None
+    dims = tuple(d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else None for d in t.shape.dim)
+    return _elem_dtype(value_info), dims
+
+
 def _static_shapes(proto: ModelProto, names: set[str]) -> dict[str, tuple]:
     """The shapes ONNX shape inference gives the tensors ``names`` (0 for an unknown dim);
     empty where it fails (a model over 2 GB, an operator it does not know)."""
@@ -144,8 +154,9 @@ class Program:
                 )
         self.outputs = [v.name for v in graph.output]
         self.output_types = [_elem_dtype(v) for v in graph.output]
+        self.input_specs = {v.name: _input_spec(v) for v in graph.input if v.name in self.inputs}
         self.constants: dict[str, Tensor] = {
-            name: self.tensor(numpy_helper.to_array(t), name)
+            name: self.tensor(proto_array(t, "initializer"), name)
             for name, t in self.initializers.items()
             if name not in held
         }
@@ -170,7 +181,7 @@ class Program:
         """A constant or input from the model (array or TensorProto) on this program's device;
         narrow integer types are widened to int64 (see ``handlers_base.storage_dtype``)."""
         if isinstance(arr, onnx.TensorProto):
-            arr = numpy_helper.to_array(arr)
+            arr = proto_array(arr, "tensor")
         arr = np.asarray(arr)
         try:
             dtype = storage_dtype(arr.dtype)
@@ -306,7 +317,11 @@ class Program:
                 self.handlers[k] = PackedConv(W, B, node.attr("group", 1))
 
     def feeds(self, inputs: Any) -> dict[str, Tensor]:
-        """Graph inputs by name from a list (in graph order), a dict, or one array/tensor."""
+        """Graph inputs by name from a list (in graph order), a dict, or one array/tensor,
+        checked against the element types and dims the graph declares for them (as
+        onnxruntime does: a wrong rank or dtype would otherwise run and give wrong shapes)."""
+        if inputs is None:
+            raise OnnxError(f"no inputs given; the graph's inputs are {self.inputs}")
         if isinstance(inputs, Mapping):
             items = dict(inputs)
             unknown = set(items) - set(self.inputs)
@@ -327,6 +342,17 @@ class Program:
         return {name: self._as_tensor(v, name) for name, v in items.items()}
 
     def _as_tensor(self, v: Any, name: str) -> Tensor:
+        dtype, dims = self.input_specs.get(name, (None, None))
+        if not hasattr(v, "dtype"):  # a list or a Python number: read it as the declared type
+            v = np.asarray(v, dtype=dtype)
+        if dtype is not None and np.dtype(v.dtype) != dtype:
+            raise DTypeError(f"graph input {name!r} is declared {dtype}, got {np.dtype(v.dtype)}")
+        shape = tuple(v.shape)
+        if dims is not None and (
+            len(shape) != len(dims) or any(d is not None and d != n for d, n in zip(dims, shape))
+        ):
+            declared = tuple("?" if d is None else d for d in dims)
+            raise ShapeError(f"graph input {name!r} is declared with shape {declared}, got {shape}")
         if isinstance(v, Tensor):
             return v if v.device == self.device else v.clone().to_device(self.device)
         return self.tensor(v, name)

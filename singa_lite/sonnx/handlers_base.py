@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
-from onnx import AttributeProto, NodeProto, numpy_helper
+from onnx import AttributeProto, NodeProto, TensorProto, numpy_helper
 
 from singa_lite.errors import OnnxError
 from singa_lite.tensor import Tensor, as_dtype
@@ -87,6 +87,19 @@ class Node:
         return self.opt_ints(input_value)
 
 
+def proto_array(t: TensorProto, what: str) -> np.ndarray:
+    """``t`` as a NumPy array, or an ``OnnxError`` naming it when its contents are damaged
+    (a data type onnx does not know, data that does not fill the declared dims...): such a
+    model passes ``onnx.checker``, and NumPy's own error would not say which tensor it was."""
+    try:
+        return numpy_helper.to_array(t)
+    except Exception as e:  # ValueError, KeyError, TypeError... from numpy_helper
+        raise OnnxError(
+            f"{what} {t.name or '(unnamed)'!r} (data_type {t.data_type}, dims {list(t.dims)}) "
+            f"cannot be read: {type(e).__name__}: {e}"
+        ) from None
+
+
 def _attribute(a: AttributeProto, node: Node) -> Any:
     """An attribute as a Python value: ints, floats, str, lists, or a NumPy array for tensors."""
     kind = a.type
@@ -97,7 +110,7 @@ def _attribute(a: AttributeProto, node: Node) -> Any:
     if kind == AttributeProto.STRING:
         return a.s.decode("utf-8", errors="replace")
     if kind == AttributeProto.TENSOR:
-        return numpy_helper.to_array(a.t)
+        return proto_array(a.t, f"{node.op} node {node.name!r}: attribute {a.name!r}, tensor")
     if kind == AttributeProto.FLOATS:
         return [float(v) for v in a.floats]
     if kind == AttributeProto.INTS:

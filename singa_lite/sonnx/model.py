@@ -24,12 +24,13 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
-from onnx import ModelProto, helper, numpy_helper
+from onnx import ModelProto, helper
 
 from singa_lite import device as _device
 from singa_lite import ops
 from singa_lite.model import Model
 from singa_lite.sonnx.backend import Program, load_model
+from singa_lite.sonnx.handlers_base import proto_array
 from singa_lite.tensor import Tensor
 
 PARAM_INPUTS: dict[str, tuple[int, ...]] = {
@@ -125,7 +126,7 @@ class SONNXModel(Model):
         # ONNX name -> attribute name, in graph order so names are stable across loads.
         self._onnx_names: dict[str, str] = {}
         for onnx_name, role in roles.items():
-            arr = numpy_helper.to_array(inits[onnx_name])
+            arr = proto_array(inits[onnx_name], "initializer")
             trainable = role == "param"
             t = Tensor(data=arr, device=dev, requires_grad=trainable, stores_grad=trainable)
             attr = param_name(onnx_name, taken)

@@ -570,6 +570,19 @@ def test_to_onnx_after_backward_is_an_error():
         to_onnx([x], [y])
 
 
+def test_to_onnx_of_unrecorded_outputs_is_an_error():
+    """An output computed in eval mode has no recorded ops: exported it would be a constant."""
+    x = tensor.from_numpy(f32(2, 3))
+    w = tensor.Tensor(data=f32(3, 1), requires_grad=True, stores_grad=True, name="w")
+    autograd.training = False
+    y = ops.matmul(x, w)
+    from singa_lite.sonnx.frontend import to_onnx
+
+    with pytest.raises(OnnxError, match=r"output 0 \(2, 1\) was not computed by recorded operators"):
+        to_onnx([x], [y])
+    assert len(to_onnx([x], [x]).graph.node) == 1  # an input given back as an output is fine
+
+
 def test_unsupported_cases_raise_typed_errors():
     x = tensor.from_numpy(f32(3, 4))
     with pytest.raises(UnsupportedOperatorError, match="GetItem"):
