@@ -142,6 +142,7 @@ class Program:
     def __init__(self, proto: ModelProto, device: Any = None, held: Iterable[str] = ()) -> None:
         self.device = device if device is not None else _device.get_default_device()
         self.opset = model_opset(proto)
+        self.domain_opsets = {o.domain or "ai.onnx": o.version for o in proto.opset_import}
         graph = proto.graph
         held = set(held)
         self.initializers = {t.name: t for t in graph.initializer}
@@ -194,8 +195,9 @@ class Program:
     def _check(self, proto_node: Any, node: Node, known: set) -> None:
         if proto_node.domain not in _DEFAULT_DOMAINS or node.op not in HANDLERS:
             domain = proto_node.domain or "ai.onnx"
+            opset = self.domain_opsets.get(domain, self.opset)
             raise UnsupportedOperatorError(
-                f"ONNX operator {domain}::{node.op} (opset {self.opset}) of node {node.name!r} "
+                f"ONNX operator {domain}::{node.op} (opset {opset}) of node {node.name!r} "
                 "has no singa_lite handler; see docs/onnx.md for the supported operators"
             )
         legacy = _legacy_semantics(node)
