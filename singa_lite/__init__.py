@@ -11,6 +11,7 @@ __version__ = "0.1.0"
 
 from singa_lite import autograd, backend, device, errors, ops, tensor
 from singa_lite.errors import (
+    ArgumentError,
     AutogradError,
     CheckpointError,
     CorruptCheckpointError,
@@ -20,6 +21,7 @@ from singa_lite.errors import (
     IncompatibleCheckpointError,
     OnnxError,
     OptimizerError,
+    OptimizerNotSetError,
     ShapeError,
     SingaLiteError,
     StateMismatchError,
@@ -28,6 +30,7 @@ from singa_lite.errors import (
 from singa_lite.saving import load, save
 
 __all__ = [
+    "ArgumentError",
     "AutogradError",
     "CheckpointError",
     "CorruptCheckpointError",
@@ -37,6 +40,7 @@ __all__ = [
     "IncompatibleCheckpointError",
     "OnnxError",
     "OptimizerError",
+    "OptimizerNotSetError",
     "ShapeError",
     "SingaLiteError",
     "StateMismatchError",

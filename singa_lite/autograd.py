@@ -22,7 +22,7 @@ import contextlib
 from collections.abc import Iterator
 from typing import Any
 
-from singa_lite.errors import AutogradError, DeviceError, ShapeError
+from singa_lite.errors import ArgumentError, AutogradError, DeviceError, ShapeError
 from singa_lite.tensor import Tensor
 
 training = False
@@ -115,11 +115,11 @@ class Operator:
 
 def _common_device(op: Operator, xs: tuple) -> Any:
     if not xs:
-        raise TypeError(f"{op.name} needs at least one input tensor")
+        raise ArgumentError(f"{op.name} needs at least one input tensor")
     dev = None
     for x in xs:
         if not isinstance(x, Tensor):
-            raise TypeError(
+            raise ArgumentError(
                 f"{op.name}: expected Tensor inputs, got {type(x).__name__}; "
                 "wrap arrays with tensor.from_numpy"
             )

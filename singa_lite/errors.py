@@ -12,6 +12,12 @@ class SingaLiteError(Exception):
     """Base class of every error singa_lite raises on purpose."""
 
 
+class ArgumentError(SingaLiteError, ValueError, TypeError):
+    """A bad argument to a public function or constructor: a value out of range or an object
+    of the wrong kind. Both a ``ValueError`` and a ``TypeError``, so either builtin handler
+    catches it whichever of the two the argument's fault is closer to."""
+
+
 class ShapeError(SingaLiteError, ValueError):
     """Operands whose shapes do not fit the operator; the message names op and shapes."""
 
@@ -22,6 +28,11 @@ class DTypeError(SingaLiteError, TypeError):
 
 class OptimizerError(SingaLiteError, ValueError):
     """A bad optimizer or schedule argument, or a parameter the optimizer cannot track."""
+
+
+class OptimizerNotSetError(OptimizerError, AttributeError):
+    """``Model.optimizer`` read before ``set_optimizer``. Also an ``AttributeError``, so
+    ``getattr(model, "optimizer", None)`` and ``hasattr`` still read it as "no optimizer"."""
 
 
 class AutogradError(SingaLiteError, RuntimeError):

@@ -13,7 +13,10 @@ fan_out is ``out * kh * kw``.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from typing import Any
 
+from singa_lite.errors import ArgumentError
 from singa_lite.tensor import Tensor
 
 
@@ -28,6 +31,12 @@ def fans(shape: tuple) -> tuple[int, int]:
     return int(shape[1]) * receptive, int(shape[0]) * receptive
 
 
+def _checked(name: str, t: Tensor, *fan: int) -> None:
+    """Fans must be positive: a weight with an empty axis has no scale to derive."""
+    if min(fan) <= 0:
+        raise ArgumentError(f"{name}: fans {fan} of a weight of shape {t.shape} must be positive")
+
+
 def uniform(t: Tensor, low: float = -0.05, high: float = 0.05) -> Tensor:
     return t.uniform(low, high)
 
@@ -39,6 +48,7 @@ def gaussian(t: Tensor, mean: float = 0.0, std: float = 0.05) -> Tensor:
 def xavier_uniform(t: Tensor, gain: float = 1.0) -> Tensor:
     """Glorot & Bengio (2010): U(-a, a) with a = gain * sqrt(6 / (fan_in + fan_out))."""
     fan_in, fan_out = fans(t.shape)
+    _checked("xavier_uniform", t, fan_in, fan_out)
     a = gain * math.sqrt(6.0 / (fan_in + fan_out))
     return t.uniform(-a, a)
 
@@ -46,12 +56,14 @@ def xavier_uniform(t: Tensor, gain: float = 1.0) -> Tensor:
 def xavier_normal(t: Tensor, gain: float = 1.0) -> Tensor:
     """Glorot normal: N(0, std) with std = gain * sqrt(2 / (fan_in + fan_out))."""
     fan_in, fan_out = fans(t.shape)
+    _checked("xavier_normal", t, fan_in, fan_out)
     return t.gaussian(0.0, gain * math.sqrt(2.0 / (fan_in + fan_out)))
 
 
 def he_uniform(t: Tensor, fan_in: int | None = None) -> Tensor:
     """He et al. (2015): U(-a, a) with a = sqrt(6 / fan_in), for ReLU networks."""
     fan_in = fan_in or fans(t.shape)[0]
+    _checked("he_uniform", t, fan_in)
     a = math.sqrt(6.0 / fan_in)
     return t.uniform(-a, a)
 
@@ -59,6 +71,7 @@ def he_uniform(t: Tensor, fan_in: int | None = None) -> Tensor:
 def he_normal(t: Tensor, fan_in: int | None = None) -> Tensor:
     """He normal: N(0, sqrt(2 / fan_in))."""
     fan_in = fan_in or fans(t.shape)[0]
+    _checked("he_normal", t, fan_in)
     return t.gaussian(0.0, math.sqrt(2.0 / fan_in))
 
 
@@ -67,7 +80,7 @@ glorot_normal = xavier_normal
 kaiming_uniform = he_uniform
 kaiming_normal = he_normal
 
-_BY_NAME = {
+_BY_NAME: dict[str, Callable[..., Tensor]] = {
     "uniform": uniform,
     "gaussian": gaussian,
     "xavier_uniform": xavier_uniform,
@@ -81,9 +94,9 @@ _BY_NAME = {
 }
 
 
-def get(name: str):
-    """The initialiser called ``name`` (for layer arguments such as ``kernel_init="he_uniform"``)."""
+def get(name: str) -> Callable[..., Any]:
+    """The initialiser called ``name`` (for layer arguments such as ``initializer="he_uniform"``)."""
     try:
         return _BY_NAME[name]
-    except KeyError:
-        raise ValueError(f"unknown initializer {name!r}; known: {sorted(_BY_NAME)}") from None
+    except (KeyError, TypeError):  # TypeError: an unhashable name such as a list
+        raise ArgumentError(f"unknown initializer {name!r}; known: {sorted(_BY_NAME)}") from None

@@ -19,9 +19,13 @@ runs eagerly.
 from __future__ import annotations
 
 import warnings
+from numbers import Integral
 from typing import Any
 
+import numpy as np
+
 from singa_lite import autograd
+from singa_lite.errors import ArgumentError, OptimizerNotSetError
 from singa_lite.layer import base as layer_base
 from singa_lite.layer.base import Layer
 from singa_lite.tensor import Tensor
@@ -37,7 +41,7 @@ class Model(Layer):
         self.training = True
         self.graph_mode = False
         self.sequential = False
-        self.optimizer: Any = None
+        self.optimizer = None
         self._graph: _Graph | None = None
         self._input_specs: list[tuple[tuple, str]] = []
         self._output_shapes: dict[int, tuple] = {}
@@ -53,8 +57,16 @@ class Model(Layer):
         """
         if isinstance(inputs, Tensor):
             inputs = [inputs]
-        if not all(isinstance(x, Tensor) for x in inputs):
-            raise TypeError("Model.compile: inputs must be a list of Tensors (placeholders)")
+        is_list = isinstance(inputs, (list, tuple))
+        if not is_list or not all(isinstance(x, Tensor) for x in inputs):
+            got = f"a list of {[type(x).__name__ for x in inputs]}" if is_list else type(inputs).__name__
+            raise ArgumentError(
+                f"{type(self).__name__}.compile: inputs must be Tensors (placeholders), got {got}; "
+                "wrap arrays with tensor.from_numpy(...)"
+            )
+        is_train = _flag(self, "compile", "is_train", is_train)
+        use_graph = _flag(self, "compile", "use_graph", use_graph)
+        sequential = _flag(self, "compile", "sequential", sequential)
         self._input_specs = [(tuple(x.shape), str(x.dtype)) for x in inputs]
         shapes: dict[int, tuple] = {}
 
@@ -76,7 +88,7 @@ class Model(Layer):
 
     def train(self, mode: bool = True) -> None:
         """Training behaviour (graphs recorded, Dropout active, BatchNorm on batch statistics)."""
-        self.training = bool(mode)
+        self.training = _flag(self, "train", "mode", mode)
         autograd.training = self.training
 
     def eval(self) -> None:
@@ -89,13 +101,41 @@ class Model(Layer):
         ``sequential`` is SINGA's choice between its scheduler and recorded order; replays here
         always run in recorded order, so both values give the same (sequential) execution.
         """
-        self.graph_mode = bool(mode)
-        self.sequential = bool(sequential)
+        self.graph_mode = _flag(self, "graph", "mode", mode)
+        self.sequential = _flag(self, "graph", "sequential", sequential)
         self._graph = None
 
     def set_optimizer(self, optimizer: Any) -> None:
+        """Use ``optimizer`` (an ``opt.Optimizer`` or ``DistOpt``) for ``self.optimizer(loss)``."""
         self.optimizer = optimizer
         self._graph = None  # a recorded step would go on calling the old optimizer
+
+    @property
+    def optimizer(self) -> Any:
+        """The optimizer given to ``set_optimizer`` (or assigned, as SINGA's scripts do).
+
+        Reading it before one was set raises ``OptimizerNotSetError`` (an ``AttributeError``
+        too, so ``getattr(model, "optimizer", None)`` still answers None) instead of letting
+        ``self.optimizer(loss)`` fail inside ``train_one_batch`` as "'NoneType' is not callable".
+        """
+        opt = self.__dict__.get("_optimizer")
+        if opt is None:
+            raise OptimizerNotSetError(
+                f"{type(self).__name__} has no optimizer: call set_optimizer(...) first, "
+                "e.g. model.set_optimizer(opt.SGD(lr=0.1))"
+            )
+        return opt
+
+    @optimizer.setter
+    def optimizer(self, value: Any) -> None:
+        # Duck-typed (DistOpt is no Optimizer subclass); a class is refused: opt.SGD, not opt.SGD().
+        is_opt = not isinstance(value, type) and callable(getattr(value, "backward_and_update", None))
+        if value is not None and not is_opt:
+            raise ArgumentError(
+                f"{type(self).__name__}: the optimizer must be an opt.Optimizer (or a DistOpt), "
+                f"got {type(value).__name__} {value!r:.60}"
+            )
+        self.__dict__["_optimizer"] = value
 
     # -- running ----------------------------------------------------------------------------
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
@@ -107,7 +147,10 @@ class Model(Layer):
         return self.train_one_batch(*args, **kwargs)
 
     def train_one_batch(self, *args: Any, **kwargs: Any) -> Any:
-        raise TypeError(f"{type(self).__name__} must define train_one_batch to be called in training mode")
+        raise ArgumentError(
+            f"{type(self).__name__} must define train_one_batch to be called in training mode "
+            "(or call model.eval() to run forward)"
+        )
 
     def _graph_step(self, args: tuple, kwargs: dict) -> Any:
         # Keyword arguments (SINGA's MLP example passes ``spars=None``) are matched and replayed
@@ -247,6 +290,14 @@ class _Graph:
         finally:
             autograd._retain_graph = False
         return self.out
+
+
+def _flag(model: Model, method: str, name: str, value: Any) -> bool:
+    """``value`` as a bool: a bool, a NumPy bool or the integer 0 or 1; anything else (a string
+    such as ``"yes"``, which ``bool()`` would take as True) is an ``ArgumentError``."""
+    if isinstance(value, (bool, np.bool_)) or (isinstance(value, Integral) and value in (0, 1)):
+        return bool(value)
+    raise ArgumentError(f"{type(model).__name__}.{method}: {name} must be True or False, got {value!r}")
 
 
 def _same_arg(a: Any, b: Any) -> bool:

@@ -39,7 +39,7 @@ from typing import Any
 
 from singa_lite import autograd, backend, tensor
 from singa_lite.device import device_of_array
-from singa_lite.errors import DTypeError, OptimizerError, ShapeError, StateMismatchError
+from singa_lite.errors import ArgumentError, DTypeError, OptimizerError, ShapeError, StateMismatchError
 from singa_lite.tensor import Tensor
 
 __all__ = [
@@ -80,8 +80,11 @@ def _step_number(step: Any) -> int:
         step = step.data
     if getattr(step, "ndim", 0):  # SINGA keeps the counter in a one-element array
         step = step.reshape(-1)[0]
-    value = float(step)
-    if value < 0 or value != int(value):
+    try:
+        value = float(step)
+    except (TypeError, ValueError):
+        raise OptimizerError(f"a step must be a non-negative integer, got {step!r}") from None
+    if not math.isfinite(value) or value < 0 or value != int(value):
         raise OptimizerError(f"a step must be a non-negative integer, got {step!r}")
     return int(value)
 
@@ -127,6 +130,10 @@ class DecayScheduler(abc.ABC):
     @staticmethod
     def from_states(states: Mapping) -> DecayScheduler:
         """A new schedule of the type and configuration recorded by ``get_states``."""
+        if not isinstance(states, Mapping):
+            raise OptimizerError(
+                f"schedule states must be a dict from get_states(), got {type(states).__name__}"
+            )
         config = dict(states)
         kind = config.pop("type", None)
         cls = DecayScheduler._kinds.get(str(kind))
@@ -205,7 +212,7 @@ def _as_schedule(lr: Any) -> DecayScheduler:
         return lr
     if isinstance(lr, Real) and not isinstance(lr, bool):
         return Constant(_real("lr", lr, 0.0))
-    raise TypeError(f"lr must be a number or a DecayScheduler, got {type(lr).__name__}")
+    raise ArgumentError(f"lr must be a number or a DecayScheduler, got {type(lr).__name__} {lr!r:.60}")
 
 
 # -- optimizer base ----------------------------------------------------------------------------
@@ -301,7 +308,17 @@ class Optimizer(abc.ABC):
         Slot values may be Tensors or arrays from any device. Absent ``lr``/``hyperparams``
         (as in SINGA's own states) keep the current ones; an absent slot key means no slots.
         """
-        kind = states.get("optimizer", type(self).__name__)
+        me = type(self).__name__
+        if not isinstance(states, Mapping):
+            raise ArgumentError(
+                f"{me}.set_states: expects the dict get_states() returned, got {type(states).__name__}"
+            )
+        for key in ("hyperparams", *self.slot_names):
+            if not isinstance(states.get(key, {}), Mapping):
+                raise StateMismatchError(
+                    f"{me}.set_states: {key!r} must be a dict, got {type(states[key]).__name__}"
+                )
+        kind = states.get("optimizer", me)
         if kind != type(self).__name__:
             raise StateMismatchError(f"cannot load {kind} optimizer states into {type(self).__name__}")
         known = {"optimizer", "step_counter", "lr", "hyperparams", *self.slot_names}
@@ -337,19 +354,29 @@ class Optimizer(abc.ABC):
         its slots persist across steps. Such a name means nothing in another process: name the
         tensor yourself to save and restore its slots.
         """
+        if not isinstance(param, Tensor):
+            raise ArgumentError(f"an optimizer updates Tensors, got {type(param).__name__}")
         if param.name is None:
             param.name = str(id(param))
         return param.name
 
     def _prepare(self, name: str | None, param: Tensor, grad: Any) -> tuple[Any, Any, Any, Any]:
         """``(param array, grad array, xp, scalar type)``, after the checks every apply needs."""
+        me = type(self).__name__
+        if not isinstance(param, Tensor):
+            raise ArgumentError(f"{me}.apply: param_value must be a Tensor, got {type(param).__name__}")
         if name is None:
             raise OptimizerError(
-                f"{type(self).__name__}.apply: param_name is None for a parameter of shape "
+                f"{me}.apply: param_name is None for a parameter of shape "
                 f"{param.shape}; optimizer slots are keyed by name"
             )
         p = param.data
         g = grad.data if isinstance(grad, Tensor) else grad
+        if not (hasattr(g, "shape") and hasattr(g, "dtype")):
+            raise ArgumentError(
+                f"{me}.apply: the gradient of {name!r} must be a Tensor or an array, "
+                f"got {type(grad).__name__}"
+            )
         if g.shape != p.shape:
             raise ShapeError(f"{type(self).__name__}: gradient shape {g.shape} != param {name!r} {p.shape}")
         if p.dtype.kind != "f":

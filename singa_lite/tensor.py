@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from singa_lite import device as _device
-from singa_lite.errors import DTypeError, ShapeError
+from singa_lite.errors import ArgumentError, DTypeError, ShapeError
 
 float16 = np.float16
 float32 = np.float32
@@ -73,7 +73,7 @@ class Tensor:
         arr: Any
         if data is None:
             d = as_dtype(float32 if dtype is None else dtype)
-            arr = dev.xp.zeros(tuple(int(s) for s in shape), dtype=d)
+            arr = dev.xp.zeros(_shape(shape), dtype=d)
         else:
             # The tensor owns a copy, as SINGA's constructor does: writing into it (placeholders
             # filled with copy_from_numpy, in-place updates) never touches the caller's data.
@@ -134,7 +134,8 @@ class Tensor:
 
     def __len__(self) -> int:
         if not self.data.ndim:
-            raise TypeError("len() of a 0-d tensor")
+            # A TypeError, as len() of a 0-d NumPy array; typed so SingaLiteError catches it too.
+            raise ArgumentError("len() of a 0-d tensor")
         return self.data.shape[0]
 
     def __iter__(self) -> Any:
@@ -191,6 +192,8 @@ class Tensor:
     def copy_from(self, t: Tensor | Any) -> None:
         """Copy another tensor's (or array's) values into this one, across devices if needed."""
         src = t.data if isinstance(t, Tensor) else t
+        if not hasattr(src, "shape"):
+            raise ArgumentError(f"copy_from: expects a Tensor or an array, got {type(t).__name__}")
         if tuple(src.shape) != self.shape:
             if isinstance(src, np.ndarray) and src.size == self.size():
                 self.copy_from_numpy(src)  # SINGA copies by size: a host array of any shape
@@ -370,6 +373,17 @@ class Tensor:
     def __itruediv__(self, x: Any) -> Tensor:
         self.data /= self._other(x).data
         return self
+
+
+def _shape(shape: Any) -> tuple[int, ...]:
+    """``shape`` as a tuple of non-negative ints, or an ``ArgumentError`` naming it."""
+    try:
+        dims = tuple(int(s) for s in shape)
+    except (TypeError, ValueError):
+        raise ArgumentError(f"Tensor: shape must be a tuple of integers, got {shape!r}") from None
+    if any(d < 0 for d in dims):
+        raise ArgumentError(f"Tensor: shape must not have negative dimensions, got {shape!r}")
+    return dims
 
 
 def _ew() -> Any:

@@ -14,10 +14,11 @@ from __future__ import annotations
 
 import functools
 import types
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any
 
-from singa_lite.errors import ShapeError
+from singa_lite.errors import ArgumentError, ShapeError, StateMismatchError
+from singa_lite.layer._args import check_inputs
 from singa_lite.tensor import Tensor
 
 output_hook: Any = None
@@ -55,7 +56,10 @@ class Layer:
             # Plain values may come first (SINGA's ResNet sets ``self.inplanes`` before calling
             # ``super().__init__()``); layers and tensors need the registries.
             if isinstance(value, (Layer, Tensor)):
-                raise RuntimeError(f"{type(self).__name__}.__init__ must call super().__init__() first")
+                raise ArgumentError(
+                    f"{type(self).__name__}.__init__ must call super().__init__() before assigning "
+                    f"a {type(value).__name__} to self.{name}"
+                )
             object.__setattr__(self, name, value)
             return
         if not name.startswith("_"):
@@ -141,6 +145,7 @@ class Layer:
 
     # -- calling ----------------------------------------------------------------------------
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        check_inputs(self, args)
         if not self._initialized:
             self.initialize(*args, **kwargs)
             object.__setattr__(self, "_initialized", True)
@@ -153,7 +158,7 @@ class Layer:
         """Create parameters from the first inputs' shapes (layers without params skip this)."""
 
     def forward(self, *inputs: Any, **kwargs: Any) -> Any:
-        raise TypeError(f"{type(self).__name__} must define forward")
+        raise ArgumentError(f"{type(self).__name__} must define forward to be called")
 
     # -- params and states ------------------------------------------------------------------
     def get_params(self) -> dict[str, Tensor]:
@@ -179,12 +184,24 @@ class Layer:
         """Copy values into the parameters and states with those names."""
         self._assign(self.get_states(), states, "state")
 
-    def _assign(self, targets: dict[str, Tensor], values: dict[str, Any], what: str) -> None:
+    def _assign(self, targets: dict[str, Tensor], values: Any, what: str) -> None:
+        if not isinstance(values, Mapping):
+            raise ArgumentError(
+                f"{type(self).__name__}.set_{what}s: expects a dict of name -> Tensor or array, "
+                f"got {type(values).__name__}"
+            )
         unknown = sorted(set(values) - set(targets))
         if unknown:
-            raise KeyError(f"{type(self).__name__} has no {what} named {unknown}; known: {sorted(targets)}")
+            raise StateMismatchError(
+                f"{type(self).__name__} has no {what} named {unknown}; expected names: {sorted(targets)}"
+                + ("" if targets else " (none yet: call the layer once, or compile the model, first)")
+            )
         for name, value in values.items():
             t = targets[name]
+            if not hasattr(value, "shape"):
+                raise ArgumentError(
+                    f"{what} {name!r}: expects a Tensor or an array, got {type(value).__name__}"
+                )
             shape = tuple(value.shape)
             if shape != t.shape:
                 raise ShapeError(f"{what} {name!r}: value of shape {shape} for a tensor of shape {t.shape}")

@@ -5,27 +5,39 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import numpy as np
+
 from singa_lite import ops
-from singa_lite.errors import ShapeError
+from singa_lite.errors import ArgumentError, ShapeError
+from singa_lite.layer._args import choice, count, counts
 from singa_lite.layer.base import Layer
 from singa_lite.layer.dense import _param
 from singa_lite.tensor import Tensor
 
+_NUMBER = (int, float, np.integer, np.floating)
+
 
 def _pair(v: Any) -> tuple[int, int]:
-    return (int(v), int(v)) if isinstance(v, (int, float)) else (int(v[0]), int(v[1]))
+    """(h, w) from one number or a pair (kernel sizes, strides, dilations)."""
+    if isinstance(v, _NUMBER):
+        return int(v), int(v)
+    if len(v) != 2:
+        raise ArgumentError(f"expected one integer or a pair (h, w), got {v!r}")
+    return int(v[0]), int(v[1])
 
 
 def _padding4(padding: Any) -> tuple[int, int, int, int]:
     """(top, bottom, left, right) from an int, a (ph, pw) pair, or a 4-tuple (SINGA's order)."""
-    if isinstance(padding, (int, float)):
+    if isinstance(padding, _NUMBER):
         p = int(padding)
         return p, p, p, p
     if len(padding) == 2:
         return int(padding[0]), int(padding[0]), int(padding[1]), int(padding[1])
     if len(padding) == 4:
         return tuple(int(p) for p in padding)  # type: ignore[return-value]
-    raise ShapeError(f"padding must be an int, a pair or 4 values (top, bottom, left, right), got {padding}")
+    raise ArgumentError(
+        f"padding must be an int, a pair or 4 values (top, bottom, left, right), got {padding}"
+    )
 
 
 _PAD_MODES = ("NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID")
@@ -61,19 +73,18 @@ class Conv2d(Layer):
                 stride = args[1]
             if len(args) > 2:
                 padding = args[2]
-        if pad_mode not in _PAD_MODES:
-            raise ValueError(f"pad_mode must be one of {_PAD_MODES}, got {pad_mode!r}")
-        if activation not in ("NOTSET", "RELU"):
-            raise ValueError(f"activation must be 'NOTSET' or 'RELU', got {activation!r}")
-        self.nb_kernels = int(nb_kernels)
-        self.kernel_size = _pair(kernel_size)
-        self.stride = _pair(stride)
-        self.padding = _padding4(padding)
-        self.dilation = _pair(dilation)
-        self.group = int(group)
+        me = type(self).__name__
+        if self.in_channels is not None:
+            count(me, "in_channels", self.in_channels)
+        self.pad_mode = choice(me, "pad_mode", pad_mode, _PAD_MODES)
+        self.activation = choice(me, "activation", activation, ("NOTSET", "RELU"))
+        self.nb_kernels = count(me, "nb_kernels", nb_kernels)
+        self.kernel_size = _pair(counts(me, "kernel_size", kernel_size, 1))
+        self.stride = _pair(counts(me, "stride", stride, 1))
+        self.padding = _padding4(counts(me, "padding", padding, 0))
+        self.dilation = _pair(counts(me, "dilation", dilation, 1))
+        self.group = count(me, "group", group)
         self.bias = bias
-        self.pad_mode = pad_mode
-        self.activation = activation
 
     def initialize(self, x: Tensor) -> None:
         self.check_ndim(x, 4, "(N, C, H, W)")
@@ -133,8 +144,12 @@ class SeparableConv2d(Layer):
             if len(args) > 2:
                 padding = args[2]
             if len(args) > 3:
-                raise TypeError(f"SeparableConv2d: too many positional arguments {(nb_kernels, *args)}")
-        self.nb_kernels = int(nb_kernels)
+                raise ArgumentError(f"SeparableConv2d: too many positional arguments {(nb_kernels, *args)}")
+            count("SeparableConv2d", "in_channels", self.in_channels)
+        self.nb_kernels = count("SeparableConv2d", "nb_kernels", nb_kernels)
+        counts("SeparableConv2d", "kernel_size", kernel_size, 1)
+        counts("SeparableConv2d", "stride", stride, 1)
+        counts("SeparableConv2d", "padding", padding, 0)
         self.kernel_size, self.stride, self.padding, self.bias = kernel_size, stride, padding, bias
 
     def initialize(self, x: Tensor) -> None:
@@ -168,8 +183,12 @@ class _Pool(Layer):
         super().__init__()
         if is_max is not None:
             self.is_max = is_max
-        if pad_mode not in _PAD_MODES:
-            raise ValueError(f"pad_mode must be one of {_PAD_MODES}, got {pad_mode!r}")
+        me = type(self).__name__
+        choice(me, "pad_mode", pad_mode, _PAD_MODES)
+        counts(me, "kernel_size", kernel_size, 1)
+        if stride is not None:
+            counts(me, "stride", stride, 1)
+        counts(me, "padding", padding, 0)
         self.kernel_size, self.stride, self.padding = kernel_size, stride, padding
         self.pad_mode, self.ceil_mode, self.count_include_pad = pad_mode, ceil_mode, count_include_pad
 

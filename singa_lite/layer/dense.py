@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
+from singa_lite import initializer as init
 from singa_lite import ops
-from singa_lite.errors import ShapeError
+from singa_lite.errors import ArgumentError, ShapeError
+from singa_lite.layer._args import count
 from singa_lite.layer.base import Layer
 from singa_lite.tensor import Tensor
 
@@ -28,10 +31,10 @@ class Linear(Layer):
         super().__init__()
         self.in_features = None
         if args:  # legacy Linear(in, out[, bias])
-            self.in_features, out_features = out_features, args[0]
+            self.in_features, out_features = count("Linear", "in_features", out_features), args[0]
             if len(args) > 1:
                 bias = bool(args[1])
-        self.out_features = int(out_features)
+        self.out_features = count("Linear", "out_features", out_features)
         self.bias = bias
 
     def initialize(self, x: Tensor) -> None:
@@ -67,7 +70,7 @@ class Gemm(Layer):
         bias_shape: tuple | None = None,
     ) -> None:
         super().__init__()
-        self.nb_kernels = int(nb_kernels)
+        self.nb_kernels = count("Gemm", "nb_kernels", nb_kernels)
         self.alpha, self.beta = alpha, beta
         self.transA, self.transB = bool(transA), bool(transB)
         self.bias = bias
@@ -87,16 +90,46 @@ class Gemm(Layer):
 
 
 class Embedding(Layer):
-    """Look up rows of ``W`` (input_dim, output_dim) for integer indices."""
+    """Look up rows of ``W`` (input_dim, output_dim) for integer indices.
 
-    def __init__(self, input_dim: int, output_dim: int, initializer: str = "gaussian") -> None:
+    ``initializer`` fills ``W``: ``"gaussian"`` (the default) draws N(0, 1/sqrt(output_dim)),
+    ``"uniform"`` draws U(-1/sqrt(output_dim), 1/sqrt(output_dim)); any other name of
+    :mod:`singa_lite.initializer` (``"xavier_uniform"``, ``"he_normal"`` ...) applies that
+    initialiser with fans (input_dim, output_dim); a callable is called with ``W`` and fills it
+    in place. An unknown name raises ``ArgumentError`` here, not on the first batch.
+    """
+
+    def __init__(
+        self, input_dim: int, output_dim: int, initializer: str | Callable[[Tensor], Any] = "gaussian"
+    ) -> None:
         super().__init__()
-        self.input_dim, self.output_dim = int(input_dim), int(output_dim)
+        self.input_dim = count("Embedding", "input_dim", input_dim)
+        self.output_dim = count("Embedding", "output_dim", output_dim)
+        self._fill = _embedding_filler(initializer)
         self.initializer = initializer
 
     def initialize(self, x: Tensor) -> None:
         self.W = Tensor((self.input_dim, self.output_dim), x.device, requires_grad=True, stores_grad=True)
-        self.W.gaussian(0.0, 1.0 / math.sqrt(self.output_dim))
+        self._fill(self.W)
 
     def forward(self, x: Tensor) -> Tensor:
         return ops.gather(self.W, 0, x)
+
+
+def _embedding_filler(initializer: Any) -> Callable[[Tensor], Any]:
+    """The function that fills an Embedding's ``W`` for the ``initializer`` argument."""
+    if callable(initializer):
+        return initializer
+    if not isinstance(initializer, str):
+        raise ArgumentError(
+            f"Embedding: initializer must be a name or a callable, got {type(initializer).__name__}"
+        )
+    # SINGA's two names keep their Embedding meaning, scaled so rows have unit expected norm.
+    if initializer == "gaussian":
+        return lambda w: w.gaussian(0.0, 1.0 / math.sqrt(w.shape[1]))
+    if initializer == "uniform":
+        return lambda w: w.uniform(-1.0 / math.sqrt(w.shape[1]), 1.0 / math.sqrt(w.shape[1]))
+    try:
+        return init.get(initializer)
+    except ArgumentError as e:
+        raise ArgumentError(f"Embedding: {e}") from None

@@ -5,14 +5,14 @@ from __future__ import annotations
 from typing import Any
 
 from singa_lite import ops
-from singa_lite.errors import ShapeError
+from singa_lite.layer._args import fraction
 from singa_lite.layer.base import Layer
 from singa_lite.layer.dense import _param
 from singa_lite.tensor import Tensor
 
 
 class BatchNorm2d(Layer):
-    """Batch normalisation over (N, C, ...) with SINGA's state names and momentum rule.
+    """Batch normalisation of (N, C, H, W) input with SINGA's state names and momentum rule.
 
     Params ``scale``, ``bias``; states ``running_mean``, ``running_var``, updated in training as
     ``running = momentum * running + (1 - momentum) * batch``.
@@ -29,8 +29,7 @@ class BatchNorm2d(Layer):
         self.eps = float(eps)
 
     def initialize(self, x: Tensor) -> None:
-        if x.ndim() < 2:
-            raise ShapeError(f"BatchNorm2d expects (N, C, ...) input, got shape {x.shape}")
+        self.check_ndim(x, 4, "(N, C, H, W)")
         c = x.shape[1]
         self.scale = _param((c,), x).set_value(1.0)
         self.bias = _param((c,), x)
@@ -38,6 +37,9 @@ class BatchNorm2d(Layer):
         self.running_var = Tensor((c,), x.device, self.scale.dtype, requires_grad=False).set_value(1.0)
 
     def forward(self, x: Tensor) -> Tensor:
+        # Checked on every call, not only the first: the op itself takes any (N, C, ...) and
+        # would quietly act as a BatchNorm1d on 2-D input.
+        self.check_ndim(x, 4, "(N, C, H, W)")
         return ops.batchnorm_2d(
             x, self.scale, self.bias, self.running_mean, self.running_var, self.momentum, self.eps
         )
@@ -65,9 +67,7 @@ class Dropout(Layer):
 
     def __init__(self, ratio: float = 0.5) -> None:
         super().__init__()
-        if not 0.0 <= ratio < 1.0:
-            raise ValueError(f"Dropout ratio must be in [0, 1), got {ratio}")
-        self.ratio = float(ratio)
+        self.ratio = fraction("Dropout", "ratio", ratio)
 
     def forward(self, x: Tensor) -> Tensor:
         return ops.dropout(x, self.ratio)

@@ -12,7 +12,8 @@ import math
 from typing import Any
 
 from singa_lite import ops
-from singa_lite.errors import ShapeError
+from singa_lite.errors import ArgumentError, ShapeError
+from singa_lite.layer._args import choice, count
 from singa_lite.layer.base import Layer
 from singa_lite.layer.dense import _param
 from singa_lite.tensor import Tensor
@@ -36,15 +37,14 @@ class _Recurrent(Layer):
         if hidden_size is None:  # RNN(hidden_size): the input size is learnt from the data
             input_size, hidden_size = None, input_size  # type: ignore[assignment]
         if num_layers != 1 or bidirectional:
-            raise ValueError(
+            raise ArgumentError(
                 f"{type(self).__name__}: one unidirectional layer per instance; stack layers for "
-                "depth (got num_layers={num_layers}, bidirectional={bidirectional})"
+                f"depth (got num_layers={num_layers}, bidirectional={bidirectional})"
             )
-        if nonlinearity not in ("tanh", "relu"):
-            raise ValueError(f"nonlinearity must be 'tanh' or 'relu', got {nonlinearity!r}")
-        self.input_size = input_size
-        self.hidden_size = int(hidden_size)  # type: ignore[arg-type]
-        self.nonlinearity = nonlinearity
+        me = type(self).__name__
+        self.nonlinearity = choice(me, "nonlinearity", nonlinearity, ("tanh", "relu"))
+        self.input_size = None if input_size is None else count(me, "input_size", input_size)
+        self.hidden_size = count(me, "hidden_size", hidden_size)
         self.bias = bias
         self.batch_first = batch_first
 
