@@ -39,7 +39,7 @@ from singa_lite.sonnx.fusion import (
     _PoolBeforeConv,
 )
 from singa_lite.sonnx.handlers import HANDLERS, MAX_OPSET
-from singa_lite.sonnx.handlers_base import Node, proto_array, storage_dtype
+from singa_lite.sonnx.handlers_base import HELD_WIDER, Node, proto_array, storage_dtype
 from singa_lite.sonnx.handlers_nn import PackedConv
 from singa_lite.tensor import Tensor, from_numpy
 
@@ -431,8 +431,9 @@ class _NumpyRep(BackendRep):
 
 
 def _declared_type(arr: np.ndarray, declared: np.dtype | None) -> np.ndarray:
-    """An int64 output cast back to the narrow integer type the graph declares for it."""
-    if declared is not None and arr.dtype == np.int64 and declared.kind in "iu" and declared != arr.dtype:
+    """An output held in a wider type (int64, float32) cast back to the type the graph declares
+    for it (a narrow integer, bfloat16, a float8...; see ``handlers_base.storage_dtype``)."""
+    if declared is not None and declared != arr.dtype and declared in HELD_WIDER:
         return arr.astype(declared)
     return arr
 

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
-from onnx import AttributeProto, NodeProto, TensorProto, numpy_helper
+from onnx import AttributeProto, NodeProto, TensorProto, helper, numpy_helper
 
 from singa_lite.errors import OnnxError
 from singa_lite.tensor import Tensor, as_dtype
@@ -122,15 +122,35 @@ def _attribute(a: AttributeProto, node: Node) -> Any:
     return a
 
 
-# Integer types singa_lite tensors lack are held as int64 (exact for every value of int8..int32,
-# uint8..uint32); SingaBackend casts graph outputs back to their declared ONNX types.
-_WIDENED = tuple(np.dtype(t) for t in (np.int8, np.int16, np.uint8, np.uint16, np.uint32, np.uint64))
+def _onnx_types(*names: str) -> tuple[np.dtype, ...]:
+    """The NumPy dtypes (ml_dtypes' for the exotic ones) of the ONNX element types ``names``
+    that the installed onnx defines."""
+    codes = [getattr(TensorProto, n) for n in names if hasattr(TensorProto, n)]
+    return tuple(np.dtype(helper.tensor_dtype_to_np_dtype(c)) for c in codes)
+
+
+# Element types singa_lite tensors lack are held in a wider one that is exact for every value:
+# narrow and sub-byte integers as int64; bfloat16, the float8s and float4 (ml_dtypes' types,
+# which onnx itself uses) as float32. Cast rounds to the declared type's values, and
+# SingaBackend casts graph outputs back to their declared types.
+_HELD_AS_INT64 = (
+    *(np.dtype(t) for t in (np.int8, np.int16, np.uint8, np.uint16, np.uint32, np.uint64)),
+    *_onnx_types("INT4", "UINT4", "INT2", "UINT2"),
+)
+HELD_AS_FLOAT32 = _onnx_types(
+    "BFLOAT16", "FLOAT8E4M3FN", "FLOAT8E4M3FNUZ", "FLOAT8E5M2", "FLOAT8E5M2FNUZ", "FLOAT8E8M0", "FLOAT4E2M1"
+)
+HELD_WIDER = (*_HELD_AS_INT64, *HELD_AS_FLOAT32)
 
 
 def storage_dtype(dtype: Any) -> np.dtype:
     """The singa_lite dtype that holds ONNX values of ``dtype`` (``DTypeError`` if none can)."""
     d = np.dtype(dtype)
-    return np.dtype(np.int64) if d in _WIDENED else as_dtype(d)
+    if d in _HELD_AS_INT64:
+        return np.dtype(np.int64)
+    if d in HELD_AS_FLOAT32:
+        return np.dtype(np.float32)
+    return as_dtype(d)
 
 
 def wrap(arr: Any, like: Tensor) -> Tensor:

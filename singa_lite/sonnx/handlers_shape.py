@@ -12,7 +12,7 @@ import numpy as np
 from onnx import helper
 
 from singa_lite import autograd, ops
-from singa_lite.sonnx.handlers_base import Node, storage_dtype, wrap
+from singa_lite.sonnx.handlers_base import HELD_WIDER, Node, storage_dtype, wrap
 from singa_lite.tensor import Tensor
 
 # ruff: noqa: N802  (handlers are named exactly after the ONNX operators)
@@ -60,8 +60,21 @@ def ConstantOfShape(n: Node, shape: Tensor) -> Tensor:
 
 
 def Cast(n: Node, x: Tensor) -> Tensor:
-    """``x`` converted to the element type ``to`` (float casts stay differentiable)."""
-    return ops.cast(x, onnx_dtype(n, n.attr("to")))
+    """``x`` converted to the element type ``to`` (float casts stay differentiable).
+
+    To a type held in a wider one (bfloat16, float8, float4, int4...: see
+    ``handlers_base.storage_dtype``) the values are rounded as ONNX defines, with ``saturate``
+    and ``round_mode``, by onnx's reference cast, and kept in the wider type; not recorded.
+    """
+    to = n.attr("to")
+    held = onnx_dtype(n, to)
+    target = np.dtype(helper.tensor_dtype_to_np_dtype(to))
+    if target not in HELD_WIDER or target.kind in "iu":  # numpy's own casts (int8...) are exact
+        return ops.cast(x, held)
+    from onnx.reference.ops.op_cast import cast_to  # the spec's rounding, saturation, round modes
+
+    rounded = cast_to(np.asarray(x), to, bool(n.attr("saturate", 1)), n.attr("round_mode", "up"))
+    return wrap(rounded.astype(held), x)
 
 
 def CastLike(n: Node, x: Tensor, like: Tensor) -> Tensor:

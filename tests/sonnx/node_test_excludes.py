@@ -1,18 +1,15 @@
 """onnx's node test cases that singa_lite's importer does not pass, each with the reason.
 
-``UNSUPPORTED_TYPES``: the case feeds or produces values of a type singa_lite has no tensor for
-(its tensors hold float16/32/64, int32/64 and bool; narrower integers are widened to int64 by the
-importer). These are outside what the importer can express, so the pass rate of DESIGN §5's
-operators is measured on the other cases.
+``UNSUPPORTED_TYPES``: the case feeds or produces values that are not numeric tensors (strings,
+sequences, optionals), outside what the importer can express, so the pass rate of DESIGN §5's
+operators is measured on the other cases. (Numeric types singa_lite tensors lack are held in a
+wider one: narrow and sub-byte integers as int64, bfloat16, float8 and float4 as float32.)
 
 ``EXCLUDES``: cases of supported types that fail, with why. They still count as failures in the
 pass rate, and each runs as a strict xfail, so a fix is noticed.
 """
 
 UNSUPPORTED_TYPES = {
-    r"FLOAT8|float8|E4M3|E5M2": "float8 element types have no singa_lite dtype",
-    r"BFLOAT16|bfloat16|bf16": "bfloat16 has no singa_lite dtype (NumPy has none either)",
-    r"U?INT4|_u?int4|U?INT2|_u?int2|FLOAT4|E8M0": "sub-byte element types have no singa_lite dtype",
     r"string": "string tensors have no singa_lite dtype",
     r"^test_identity_(sequence|opt)$": "sequence and optional values are not tensors",
 }
@@ -35,3 +32,24 @@ EXCLUDES = {
     "test_resize_downsample_scales_cubic_antialias": "ops.resize has no antialias filter",
     "test_resize_downsample_sizes_cubic_antialias": "ops.resize has no antialias filter",
 }
+# bfloat16 and the float8s are held as float32: a whole graph in bfloat16 computes its
+# intermediates in float32, where onnx's reference rounds each of them to bfloat16 (these
+# are multi-node "expanded" cases, outside the DESIGN pass rate).
+EXCLUDES.update(
+    {
+        f"test_attention_{case}_bf16_expanded": "bfloat16 intermediates are computed in float32; "
+        "the reference rounds each to bfloat16"
+        for case in ("3d_causal", "4d_attn_mask_causal", "4d_causal", "4d_causal_padded_kv", "4d_padded_kv")
+    }
+)
+# CastLike takes its type from its second input, which is held as float32 when it is a
+# float8: the result is rounded to float8 values only where the graph output is (by
+# SingaBackend), without ONNX's saturation.
+EXCLUDES.update(
+    {
+        f"test_castlike_{src}_to_{dst}": "CastLike to a float8 sees its model tensor held as "
+        "float32, so it does not saturate"
+        for src in ("FLOAT", "FLOAT16")
+        for dst in ("FLOAT8E4M3FN", "FLOAT8E4M3FNUZ", "FLOAT8E5M2", "FLOAT8E5M2FNUZ")
+    }
+)

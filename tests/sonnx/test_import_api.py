@@ -246,3 +246,26 @@ def test_damaged_tensor_contents_raise_onnx_error_naming_the_tensor() -> None:
     node = helper.make_node("Constant", [], ["y"], value=c)
     with pytest.raises(OnnxError, match=r"Constant node .*attribute 'value'.*cannot be read"):
         prepare(_model([node], [], [_info("y", [])]))
+
+
+def test_bfloat16_model_runs_held_as_float32() -> None:
+    """A graph in bfloat16 (weights, input, output): computed in float32, the output rounded
+    to bfloat16 once, as onnx's reference does for a single MatMul."""
+    import ml_dtypes  # onnx's own dependency for its bfloat16 and float8 arrays
+
+    rng = np.random.default_rng(0)
+    w = rng.standard_normal((4, 3)).astype(ml_dtypes.bfloat16)
+    x = rng.standard_normal((2, 4)).astype(ml_dtypes.bfloat16)
+    bf16 = TensorProto.BFLOAT16
+    model = _model(
+        [helper.make_node("MatMul", ["x", "w"], ["y"])],
+        [_info("x", [2, 4], bf16)],
+        [_info("y", [2, 3], bf16)],
+        [numpy_helper.from_array(w, "w")],
+    )
+    (y,) = sonnx.SingaBackend.prepare(model).run([x])
+    expected = (x.astype(np.float32) @ w.astype(np.float32)).astype(ml_dtypes.bfloat16)
+    assert y.dtype == ml_dtypes.bfloat16
+    np.testing.assert_array_equal(y.astype(np.float32), expected.astype(np.float32))
+    (held,) = prepare(model).run([x])  # SingaRep gives singa_lite tensors: float32
+    assert held.dtype == np.float32
