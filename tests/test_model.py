@@ -73,6 +73,41 @@ def test_graph_mode_equals_eager(dev, make_opt):
     assert eager_losses[-1] < eager_losses[0]
 
 
+def test_graph_mode_replays_without_running_python_forward(monkeypatch):
+    """After the recorded step, replays run the taped ops: neither the model's Python forward
+    nor any layer's is called again, and no new Operator objects are made."""
+    calls = {"forward": 0, "ops": 0}
+    m = CNN()
+    original = CNN.forward
+
+    def counting_forward(self, x):
+        calls["forward"] += 1
+        return original(self, x)
+
+    monkeypatch.setattr(CNN, "forward", counting_forward)
+    init = autograd.Operator.__init__
+
+    def counting_init(self, *a, **k):
+        calls["ops"] += 1
+        init(self, *a, **k)
+
+    m.set_optimizer(opt.SGD(lr=0.05, momentum=0.9))
+    tx, ty = tensor.Tensor((6, 2, 6, 6)), tensor.Tensor((6,), dtype=tensor.int32)
+    tx.device.SetRandSeed(0)
+    m.compile([tx], is_train=True, use_graph=True)
+    losses = []
+    for i, (xb, yb) in enumerate(_data(1) * 5):  # one batch again and again: the loss must fall
+        tx.copy_from_numpy(xb)
+        ty.copy_from_numpy(yb)
+        if i == 1:  # the first call recorded the step; count from the first replay on
+            calls.update(forward=0, ops=0)
+            monkeypatch.setattr(autograd.Operator, "__init__", counting_init)
+        _, loss = m(tx, ty)
+        losses.append(tensor.to_numpy(loss)[0])
+    assert calls == {"forward": 0, "ops": 0}, calls
+    assert losses[-1] < losses[0]  # and the replays do train
+
+
 def test_graph_mode_with_fresh_input_tensors_and_shape_change():
     m = CNN()
     m.set_optimizer(opt.SGD(lr=0.05))
