@@ -4,5 +4,10 @@
 set -eu
 cd "$(dirname "$0")"
 [ -x .venv/bin/python ] || python3 -m venv .venv
-.venv/bin/python -m pip install -q --disable-pip-version-check -e '.[demo]'
+# Install once per pyproject.toml (the package itself is editable): later runs work offline.
+stamp=.venv/.installed-demo
+if [ "$(cat "$stamp" 2>/dev/null)" != "$(cksum < pyproject.toml)" ]; then
+    .venv/bin/python -m pip install -q --disable-pip-version-check -e '.[demo]'
+    cksum < pyproject.toml > "$stamp"
+fi
 exec .venv/bin/python -m singa_lite.demo "$@"

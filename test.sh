@@ -6,11 +6,16 @@ set -eu
 cd "$(dirname "$0")"
 [ -x .venv/bin/python ] || python3 -m venv .venv
 pip() { .venv/bin/python -m pip -q --disable-pip-version-check "$@"; }
-pip install -e '.[dev]'
-if pip install --no-index --no-deps torch==2.13.0 2>/dev/null; then
-    pip install torch==2.13.0  # its small pure-Python dependencies
-else
-    echo "note: no local PyTorch CPU wheel; the torch comparison tests will skip"
+# Install once per pyproject.toml (the package itself is editable): later runs work offline.
+stamp=.venv/.installed-dev
+if [ "$(cat "$stamp" 2>/dev/null)" != "$(cksum < pyproject.toml)" ]; then
+    pip install -e '.[dev]'
+    if pip install --no-index --no-deps torch==2.13.0 2>/dev/null; then
+        pip install torch==2.13.0  # its small pure-Python dependencies
+    else
+        echo "note: no local PyTorch CPU wheel; the torch comparison tests will skip"
+    fi
+    cksum < pyproject.toml > "$stamp"
 fi
 .venv/bin/ruff check singa_lite tests benchmarks examples
 .venv/bin/ruff format --check singa_lite tests benchmarks examples
