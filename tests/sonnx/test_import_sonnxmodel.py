@@ -119,6 +119,11 @@ def test_transfer_learning_survives_save_states_and_a_fresh_process(tmp_path: Pa
     model.set_optimizer(opt.SGD(lr=0.05, momentum=0.9))
     tx = tensor.from_numpy(x_train[:64])
     model.compile([tx], is_train=True)
+    # last_layers=-2 really cuts the classifier: the head sees the features, not 10 logits.
+    (features,) = sonnx.SONNXModel.forward(model, tx, last_layers=-2)
+    (logits,) = sonnx.SONNXModel.forward(model, tx)
+    assert logits.shape == (64, 10) and features.shape[1] != 10
+    assert model.head.W.shape == (features.shape[1], 10)
     losses = []
     for step in range(30):
         i = (step * 64) % (len(x_train) - 64)
