@@ -11,7 +11,8 @@ This prints, in one process, how far NumPy alone can go on the same workloads:
   as im2col products; no gradient for the input), each timed alone with its operands ready;
   and for the MLP a *NumPy step*, the whole step written by hand in NumPy with no framework.
 * ONNX (the nine "light" models of ``onnx_inference.py``, batch 1): the GEMM floor of every
-  Conv and Gemm node (shapes from ONNX shape inference), next to singa_lite and onnxruntime.
+  Conv (but depthwise ones, which are no matrix products) and Gemm node (shapes from ONNX
+  shape inference), next to singa_lite and onnxruntime.
 
 Each is printed as a ratio to the reference in the same process. A floor ratio above a
 target means no NumPy framework can meet that target on this machine; the gap between
@@ -161,6 +162,8 @@ def onnx_gemms(model: Any) -> list[Gemm]:
             O, cg, kh, kw = dims[node.input[1]]
             _, _, ho, wo = dims[node.output[0]]
             group = next((a.i for a in node.attribute if a.name == "group"), 1)
+            if cg == 1 and group > 1:
+                continue  # depthwise: per-channel elementwise work, not a matrix product
             shapes += group * [(O // group, cg * kh * kw, ho * wo)]
         elif node.op_type == "Gemm":
             k, n = dims[node.input[1]]
