@@ -213,6 +213,7 @@ def _flat_last_axis(xp: Any, y: Any, k: int, s: int, d: int, pb: int, op: Any) -
         src = f[s * lo + off : s * (hi - 1) + off + 1 : s]
         if t == 0:
             flat[lo:hi] = src
+            flat[:lo] = flat[hi:] = 0  # border cells, made again below; never left unset
         else:
             part = flat[lo:hi]
             op(part, src, out=part)
