@@ -17,10 +17,13 @@ from collections.abc import Callable, Iterator
 import numpy as np
 import pytest
 
-from singa_lite import layer, model, opt, tensor
+from singa_lite import layer, opt, tensor
 
 torch = pytest.importorskip("torch", reason="PyTorch is not installed")
 nn = torch.nn
+
+from test_torch_training import Net  # noqa: E402  (the same layer stack + cross-entropy model)
+
 lr_sched = torch.optim.lr_scheduler
 
 STEPS = 20
@@ -83,27 +86,6 @@ SCHEDULES: dict[str, tuple[Callable, Callable]] = {
         lambda o, lr: lr_sched.CosineAnnealingLR(o, T_max=STEPS, eta_min=0.1 * lr),
     ),
 }
-
-
-class Net(model.Model):
-    """A stack of layers trained with softmax cross-entropy (as in test_torch_training.py)."""
-
-    def __init__(self, body: list) -> None:
-        super().__init__()
-        self.body = body  # a plain list; register_layers names its layers 0, 1, ...
-        self.register_layers(body)
-        self.loss = layer.SoftMaxCrossEntropy()
-
-    def forward(self, x):
-        for lyr in self.body:
-            x = lyr(x)
-        return x
-
-    def train_one_batch(self, x, y):
-        out = self.forward(x)
-        loss = self.loss(out, y)
-        self.optimizer(loss)
-        return out, loss
 
 
 def _mlp():
