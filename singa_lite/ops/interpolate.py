@@ -11,7 +11,13 @@ strided gathers.
 Coordinate mapping (output index ``o`` to input coordinate, scale ``s = out / in``):
 half_pixel ``(o + 0.5) / s - 0.5``, pytorch_half_pixel (same, -0.5 when the output has
 length 1), half_pixel_symmetric, align_corners ``o * (in - 1) / (out - 1)``, asymmetric ``o / s``,
-tf_half_pixel_for_nn ``(o + 0.5) / s``. Coordinates beyond the input read its edge.
+tf_half_pixel_for_nn ``(o + 0.5) / s``, and tf_crop_and_resize, which maps the output onto the
+region ``roi`` (normalised start and end per axis) and gives ``extrapolation_value`` where that
+region reaches past the input. Otherwise coordinates beyond the input read its edge.
+
+With ``antialias`` a downsampling linear or cubic resize stretches its filter by ``1 / s`` (a
+2/s- or 4/s-tap window, weights normalised to 1), as ONNX (opset 18) and PIL do: still a fixed
+set of taps per axis.
 """
 
 from __future__ import annotations
@@ -34,6 +40,7 @@ _COORD_MODES = (
     "align_corners",
     "asymmetric",
     "tf_half_pixel_for_nn",
+    "tf_crop_and_resize",
 )
 _NEAREST_MODES = ("round_prefer_floor", "round_prefer_ceil", "floor", "ceil")
 _MODES = ("nearest", "linear", "cubic")
@@ -57,6 +64,9 @@ class Resize(Operator):
         nearest_mode: str = "round_prefer_floor",
         cubic_coeff_a: float = -0.75,
         exclude_outside: int = 0,
+        antialias: bool = False,
+        roi: Sequence[float] | None = None,
+        extrapolation_value: float = 0.0,
     ) -> None:
         super().__init__("resize")
         if (scales is None) == (sizes is None):
@@ -74,6 +84,11 @@ class Resize(Operator):
         self.nearest_mode = _choice(nearest_mode, _NEAREST_MODES, "nearest_mode")
         self.cubic_a = float(cubic_coeff_a)
         self.exclude_outside = bool(exclude_outside)
+        self.antialias = bool(antialias)
+        self.roi = None if roi is None else tuple(float(np.float32(v)) for v in roi)  # as ONNX carries it
+        self.extrapolation_value = float(extrapolation_value)
+        if self.coord == "tf_crop_and_resize" and self.roi is None:
+            raise ShapeError("resize: coordinate_transformation_mode 'tf_crop_and_resize' needs a roi")
 
     def forward(self, x: Any) -> Any:
         if x.dtype.kind != "f":
@@ -82,6 +97,8 @@ class Resize(Operator):
         assert given is not None
         if len(given) != x.ndim:
             raise self.error(f"scales/sizes {given} need one value per axis", x)
+        if self.roi is not None and self.coord == "tf_crop_and_resize" and len(self.roi) != 2 * x.ndim:
+            raise self.error(f"roi {self.roi} needs a start and an end per axis", x)
         self.plan = []  # (axis, input length, taps) for each axis that changes
         y = x
         for axis, n_in in enumerate(x.shape):
@@ -93,10 +110,18 @@ class Resize(Operator):
                 scale = n_out / n_in
             if n_out < 1:
                 raise self.error(f"scale {scale} leaves axis {axis} empty", x)
-            if n_out == n_in and scale == 1:
+            src = self._source(n_in, n_out, scale, axis)
+            if n_out == n_in and scale == 1 and self.coord != "tf_crop_and_resize":
                 continue  # untouched axes (N and C) stay as they are, as in onnxruntime
-            taps = self._taps(n_in, n_out, scale, x.dtype)
+            # tf_crop_and_resize: outputs mapped outside the input get extrapolation_value
+            # (and no gradient): their taps weigh 0, then the value is set.
+            outside = (src < 0) | (src > n_in - 1) if self.coord == "tf_crop_and_resize" else None
+            if outside is not None and not bool(outside.any()):
+                outside = None
+            taps = self._taps(src, n_in, scale, x.dtype, outside)
             y = _gather(self.xp, y, axis, taps)
+            if outside is not None:
+                _as_3d(y, axis)[0][:, outside] = self.extrapolation_value
             self.plan.append((axis, n_in, taps))
         return y if y is not x else x.copy()
 
@@ -106,7 +131,7 @@ class Resize(Operator):
         return dy
 
     # -- one axis ---------------------------------------------------------------------------
-    def _source(self, n_in: int, n_out: int, scale: float) -> Any:
+    def _source(self, n_in: int, n_out: int, scale: float, axis: int) -> Any:
         """Input coordinate of each output position (float64).
 
         As in ONNX's reference implementation (which generates its conformance data), the
@@ -115,6 +140,12 @@ class Resize(Operator):
         o = self.xp.arange(n_out, dtype=self.xp.float64)
         length = n_out if self.sizes is not None else scale * n_in
         mode = self.coord
+        if mode == "tf_crop_and_resize":
+            assert self.roi is not None
+            start, end = self.roi[axis], self.roi[len(self.roi) // 2 + axis]
+            if length == 1:
+                return o * 0 + (end - start) * (n_in - 1) / 2 + start * (n_in - 1)
+            return o * ((end - start) * (n_in - 1) / (length - 1)) + start * (n_in - 1)
         if mode == "align_corners":
             return o * 0 if length == 1 else o * ((n_in - 1) / (length - 1))
         if mode == "asymmetric":
@@ -128,10 +159,12 @@ class Resize(Operator):
             offset = n_in / 2 * (1 - n_out / length)
         return offset + (o + 0.5) / scale - 0.5
 
-    def _taps(self, n_in: int, n_out: int, scale: float, dtype: Any) -> list[tuple[Any, Any]]:
-        """``[(index, weight), ...]``: output ``o`` is ``sum(w[o] * x[index[o]])`` (w None = 1)."""
+    def _taps(self, src: Any, n_in: int, scale: float, dtype: Any, outside: Any) -> list[tuple[Any, Any]]:
+        """``[(index, weight), ...]``: output ``o`` is ``sum(w[o] * x[index[o]])`` (w None = 1).
+
+        ``outside`` marks outputs whose weights are all 0 (tf_crop_and_resize sets them after).
+        """
         xp = self.xp
-        src = self._source(n_in, n_out, scale)
         last = n_in - 1
         if self.mode == "nearest":
             idx = {
@@ -140,20 +173,50 @@ class Resize(Operator):
                 "floor": xp.floor(src),
                 "ceil": xp.ceil(src),
             }[self.nearest_mode]
-            return [(xp.clip(idx, 0, last).astype(xp.int64), None)]
-        base = xp.floor(src)
-        r = src - base
-        offsets: tuple[int, ...]
-        if self.mode == "linear":
-            offsets, weights = (0, 1), [1 - r, r]
+            w = None if outside is None else (~outside).astype(dtype)
+            return [(xp.clip(idx, 0, last).astype(xp.int64), w)]
+        if self.antialias and scale < 1:
+            raw, weights = self._antialias_weights(src, scale)
         else:
-            offsets, weights = (-1, 0, 1, 2), _cubic_weights(r, self.cubic_a)
-        raw = [base + k for k in offsets]
-        if self.exclude_outside and self.mode == "cubic":
-            weights = [w * ((i >= 0) & (i <= last)) for w, i in zip(weights, raw)]
+            base = xp.floor(src)
+            r = src - base
+            offsets: tuple[int, ...]
+            if self.mode == "linear":
+                offsets, weights = (0, 1), [1 - r, r]
+            else:
+                offsets, weights = (-1, 0, 1, 2), _cubic_weights(r, self.cubic_a)
+            raw = [base + k for k in offsets]
+        if (self.exclude_outside and self.mode == "cubic") or (self.antialias and scale < 1):
+            if self.exclude_outside:
+                weights = [w * ((i >= 0) & (i <= last)) for w, i in zip(weights, raw)]
             total = sum(weights)
             weights = [w / total for w in weights]
+        if outside is not None:
+            weights = [w * ~outside for w in weights]
         return [(xp.clip(i, 0, last).astype(xp.int64), w.astype(dtype)) for i, w in zip(raw, weights)]
+
+    def _antialias_weights(self, src: Any, scale: float) -> tuple[list[Any], list[Any]]:
+        """Input positions and (unnormalised) weights of the filter stretched by ``1/scale``:
+        ONNX's reference puts the window's taps at ``base + j``, ``base = ceil(src) - 1`` (so the
+        fraction ``src - base`` is in (0, 1]), ``j`` from ``floor(-support/scale) + 1`` on."""
+        xp = self.xp
+        support = 1 if self.mode == "linear" else 2
+        start = int(np.floor(-support / scale)) + 1
+        base = xp.ceil(src) - 1
+        frac = src - base
+        raw, weights = [], []
+        for j in range(start, 2 - start):
+            t = xp.abs(scale * (j - frac))
+            if self.mode == "linear":
+                w = xp.clip(1 - t, 0, 1)
+            else:
+                a = self.cubic_a
+                near = ((a + 2) * t - (a + 3)) * t * t + 1
+                far = ((a * t - 5 * a) * t + 8 * a) * t - 4 * a
+                w = xp.where(t <= 1, near, xp.where(t < 2, far, 0.0))
+            raw.append(base + j)
+            weights.append(w)
+        return raw, weights
 
 
 def _cubic_weights(r: Any, a: float) -> list[Any]:
@@ -212,11 +275,16 @@ def resize(
     nearest_mode: str = "round_prefer_floor",
     cubic_coeff_a: float = -0.75,
     exclude_outside: int = 0,
+    antialias: bool = False,
+    roi: Sequence[float] | None = None,
+    extrapolation_value: float = 0.0,
 ) -> Tensor:
     """ONNX Resize of ``x`` to ``sizes`` or ``floor(x.shape * scales)`` (one value per axis).
 
     ``mode`` is ``'nearest'``, ``'linear'`` (bilinear, trilinear... on the resized axes) or
-    ``'cubic'``; the gradient flows to ``x``. ``torch.nn.functional.interpolate`` equivalents:
+    ``'cubic'``; the gradient flows to ``x``. ``antialias`` widens the linear/cubic filter when
+    downsampling; ``roi`` (starts, then ends, normalised) and ``extrapolation_value`` go with
+    ``coordinate_transformation_mode='tf_crop_and_resize'``. ``torch.nn.functional.interpolate`` equivalents:
     bilinear ``align_corners=False`` is ``half_pixel``, ``align_corners=True`` is
     ``align_corners``; torch's ``'nearest'`` is ``asymmetric`` with ``nearest_mode='floor'``.
 
@@ -227,7 +295,16 @@ def resize(
     [[[[1.0, 1.0, 2.0, 2.0]]]]
     """
     op = Resize(
-        scales, sizes, mode, coordinate_transformation_mode, nearest_mode, cubic_coeff_a, exclude_outside
+        scales,
+        sizes,
+        mode,
+        coordinate_transformation_mode,
+        nearest_mode,
+        cubic_coeff_a,
+        exclude_outside,
+        antialias,
+        roi,
+        extrapolation_value,
     )
     return op(x)[0]
 

@@ -265,14 +265,19 @@ def Resize(
     if n.opset < 11:  # opset 10 had inputs (X, scales) and asymmetric coordinates
         scales, roi = roi, None
     ctm = n.attr("coordinate_transformation_mode", "half_pixel" if n.opset >= 11 else "asymmetric")
-    if ctm == "tf_crop_and_resize":
-        raise n.fail("coordinate_transformation_mode 'tf_crop_and_resize' is not supported")
-    if n.attr("antialias", 0):
-        raise n.fail("antialias=1 is not supported")
     scale_vals = n.opt_floats(scales) or None
     size_vals = n.opt_ints(sizes) or None
     rank = x.ndim()
     axes = [a % rank for a in n.attr("axes", range(rank))]
+    roi_vals = None
+    if ctm == "tf_crop_and_resize":
+        given = n.opt_floats(roi) or []
+        if len(given) != 2 * len(axes):
+            raise n.fail(f"tf_crop_and_resize needs a roi of {2 * len(axes)} values, got {given}")
+        starts, ends = [0.0] * rank, [1.0] * rank  # axes not listed keep their whole extent
+        for k, a in enumerate(axes):
+            starts[a], ends[a] = given[k], given[len(axes) + k]
+        roi_vals = starts + ends
     if size_vals is not None:
         size_vals = _aspect_sizes(n, x, axes, size_vals)
         full = list(x.shape)
@@ -295,6 +300,9 @@ def Resize(
         nearest,
         n.attr("cubic_coeff_a", -0.75),
         n.attr("exclude_outside", 0),
+        bool(n.attr("antialias", 0)),
+        roi_vals,
+        n.attr("extrapolation_value", 0.0),
     )
 
 

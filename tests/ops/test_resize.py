@@ -20,19 +20,22 @@ NEAREST = ["round_prefer_floor", "round_prefer_ceil", "floor", "ceil"]
 ELEM = {np.float16: TensorProto.FLOAT16, np.float32: TensorProto.FLOAT, np.float64: TensorProto.DOUBLE}
 
 
-def onnx_resize(x, scales=None, sizes=None, **attrs):
+def onnx_resize(x, scales=None, sizes=None, roi=None, **attrs):
     """ONNX's own reference Resize (opset 19) on ``x``."""
     if scales is not None:
-        inputs, init = ["X", "", "S"], helper.make_tensor("S", TensorProto.FLOAT, [len(scales)], scales)
+        inputs, init = ["X", "", "S"], [helper.make_tensor("S", TensorProto.FLOAT, [len(scales)], scales)]
     else:
-        inputs, init = ["X", "", "", "Z"], helper.make_tensor("Z", TensorProto.INT64, [len(sizes)], sizes)
+        inputs, init = ["X", "", "", "Z"], [helper.make_tensor("Z", TensorProto.INT64, [len(sizes)], sizes)]
+    if roi is not None:
+        inputs[1] = "R"
+        init.append(helper.make_tensor("R", TensorProto.FLOAT, [len(roi)], roi))
     elem = ELEM[x.dtype.type]
     graph = helper.make_graph(
         [helper.make_node("Resize", inputs, ["Y"], **attrs)],
         "resize",
         [helper.make_tensor_value_info("X", elem, None)],
         [helper.make_tensor_value_info("Y", elem, None)],
-        [init],
+        init,
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 19)])
     return ReferenceEvaluator(model).run(None, {"X": x})[0]
@@ -76,6 +79,98 @@ def test_resize_matches_onnx_reference(dev, case):
         rtol=tol,
         atol=tol,
     )
+
+
+@st.composite
+def antialias_cases(draw):
+    """Downsampling linear/cubic resizes, where antialias widens the filter."""
+    shape = (1, draw(st.integers(1, 2)), draw(st.integers(4, 9)), draw(st.integers(4, 9)))
+    if draw(st.booleans()):
+        scales, sizes = (
+            [1.0, 1.0] + [draw(st.sampled_from([0.3, 0.45, 0.5, 0.6, 0.75])) for _ in range(2)],
+            None,
+        )
+    else:
+        scales, sizes = (
+            None,
+            [1, shape[1], draw(st.integers(1, shape[2] - 1)), draw(st.integers(1, shape[3]))],
+        )
+    mode = draw(st.sampled_from(["linear", "cubic"]))
+    attrs = {
+        "mode": mode,
+        "antialias": 1,
+        # Not align_corners or half_pixel_symmetric: their coordinates can land an ulp above an
+        # integer, where the reference picks its taps one to the left of its own weights.
+        "coordinate_transformation_mode": draw(
+            st.sampled_from(["half_pixel", "pytorch_half_pixel", "asymmetric"])
+        ),
+        "exclude_outside": int(mode == "cubic" and draw(st.booleans())),
+    }
+    x = np.random.default_rng(draw(st.integers(0, 99))).standard_normal(shape)
+    return x, scales, sizes, attrs
+
+
+@given(case=antialias_cases())
+def test_antialias_matches_onnx_reference(dev, case):
+    x, scales, sizes, attrs = case
+    check_forward(
+        lambda t: autograd.resize(t, scales, sizes, **attrs),
+        lambda a: onnx_resize(a, scales, sizes, **attrs),
+        [x],
+        dev,
+        rtol=1e-5,  # the reference rounds some coordinates through float32
+        atol=1e-5,
+    )
+
+
+@st.composite
+def crop_cases(draw):
+    """tf_crop_and_resize with regions that may reach past the input (extrapolation)."""
+    shape = (1, draw(st.integers(1, 2)), draw(st.integers(2, 6)), draw(st.integers(2, 6)))
+    # Region edges that put no coordinate exactly on an input edge or a nearest-rounding tie:
+    # there the reference's float32 coordinates and singa_lite's float64 ones may differ by an
+    # ulp and land on either side.
+    starts = [0.0, 0.0] + [draw(st.sampled_from([-0.37, 0.0, 0.13, 0.41])) for _ in range(2)]
+    ends = [1.0, 1.0] + [draw(st.sampled_from([0.47, 0.83, 0.97, 1.29])) for _ in range(2)]
+    sizes = [1, shape[1], draw(st.integers(1, 6)), draw(st.integers(1, 6))]
+    attrs = {
+        "mode": draw(st.sampled_from(["nearest", "linear", "cubic"])),
+        "coordinate_transformation_mode": "tf_crop_and_resize",
+        "extrapolation_value": draw(st.sampled_from([0.0, -2.5])),
+    }
+    x = np.random.default_rng(draw(st.integers(0, 99))).standard_normal(shape)
+    return x, sizes, starts + ends, attrs
+
+
+@given(case=crop_cases())
+def test_tf_crop_and_resize_matches_onnx_reference(dev, case):
+    x, sizes, roi, attrs = case
+    check_forward(
+        lambda t: autograd.resize(t, sizes=sizes, roi=roi, **attrs),
+        lambda a: onnx_resize(a, sizes=sizes, roi=roi, **attrs),
+        [x],
+        dev,
+        rtol=1e-5,
+        atol=1e-5,
+    )
+
+
+@pytest.mark.parametrize("mode", ["linear", "cubic"])
+def test_antialias_and_crop_grad(dev, mode):
+    x = np.random.default_rng(3).standard_normal((1, 1, 6, 5))
+    check_grad(lambda t: autograd.resize(t, sizes=[1, 1, 2, 3], mode=mode, antialias=True), [x], dev)
+    crop = dict(coordinate_transformation_mode="tf_crop_and_resize", extrapolation_value=1.5)
+    roi = [0, 0, -0.3, 0.2, 1, 1, 0.9, 1.4]  # reaches past the top and the right edge
+    check_grad(lambda t: autograd.resize(t, sizes=[1, 1, 4, 3], mode=mode, roi=roi, **crop), [x], dev)
+
+
+def test_tf_crop_and_resize_needs_a_roi():
+    with pytest.raises(ShapeError, match="needs a roi"):
+        autograd.resize(
+            tensor.from_numpy(np.ones((1, 1, 2, 2))),
+            sizes=[1, 1, 3, 3],
+            coordinate_transformation_mode="tf_crop_and_resize",
+        )
 
 
 @pytest.mark.parametrize("nearest_mode", NEAREST)

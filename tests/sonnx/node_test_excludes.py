@@ -23,14 +23,6 @@ EXCLUDES = {
     "test_training_dropout_mask": "random mask: ONNX's data comes from NumPy's global RNG",
     "test_causal_conv_with_state_silu_fp16_expanded": "float16 sums in another order than the "
     "reference: 1 float16 ulp (0.16%) beyond the case's rtol of 0.1%",
-    "test_resize_tf_crop_and_resize": "ops.resize has no tf_crop_and_resize coordinates",
-    "test_resize_tf_crop_and_resize_extrapolation_value": "ops.resize has no tf_crop_and_resize coordinates",
-    "test_resize_tf_crop_and_resize_axes_2_3": "ops.resize has no tf_crop_and_resize coordinates",
-    "test_resize_tf_crop_and_resize_axes_3_2": "ops.resize has no tf_crop_and_resize coordinates",
-    "test_resize_downsample_scales_linear_antialias": "ops.resize has no antialias filter",
-    "test_resize_downsample_sizes_linear_antialias": "ops.resize has no antialias filter",
-    "test_resize_downsample_scales_cubic_antialias": "ops.resize has no antialias filter",
-    "test_resize_downsample_sizes_cubic_antialias": "ops.resize has no antialias filter",
 }
 # bfloat16 and the float8s are held as float32: a whole graph in bfloat16 computes its
 # intermediates in float32, where onnx's reference rounds each of them to bfloat16 (these
