@@ -19,6 +19,10 @@ def _labels(n, dev, classes=3):
     return tensor.from_numpy(rng.integers(0, classes, n).astype(np.int32), dev)
 
 
+def _onehot(labels, dev, classes=3):
+    return tensor.from_numpy(np.eye(classes, dtype=np.float32)[labels], dev)
+
+
 def _scalar(y):
     """Sum of every output element, as a loss."""
     ys = y if isinstance(y, (list, tuple)) else [y]
@@ -112,7 +116,51 @@ CASES = {
     "Sigmoid": (lambda: layer.Sigmoid(), lambda d: _x((2, 3), d), (2, 3), []),
     "SoftMax": (lambda: layer.SoftMax(), lambda d: _x((2, 3), d), (2, 3), []),
     "Reshape": (lambda: layer.Reshape((3, 2)), lambda d: _x((2, 3), d), (3, 2), []),
+    "Tanh": (lambda: layer.Tanh(), lambda d: _x((2, 3), d), (2, 3), []),
+    "LeakyReLU": (lambda: layer.LeakyReLU(0.1), lambda d: _x((2, 3), d), (2, 3), []),
+    "Gelu": (lambda: layer.Gelu(), lambda d: _x((2, 3), d), (2, 3), []),
+    "Pooling2d(avg)": (
+        lambda: layer.Pooling2d(2, 2, is_max=False),
+        lambda d: _x((2, 3, 4, 4), d),
+        (2, 3, 2, 2),
+        [],
+    ),
+    "GlobalAvgPool2d": (lambda: layer.GlobalAvgPool2d(), lambda d: _x((2, 3, 4, 4), d), (2, 3, 1, 1), []),
+    "GlobalMaxPool2d": (lambda: layer.GlobalMaxPool2d(), lambda d: _x((2, 3, 4, 4), d), (2, 3, 1, 1), []),
+    # Several inputs: the input factory returns the argument tuple.
+    "Add": (lambda: layer.Add(), lambda d: (_x((2, 3), d), _x((2, 3), d)), (2, 3), []),
+    "Cat": (lambda: layer.Cat(1), lambda d: ([_x((2, 3), d), _x((2, 2), d)],), (2, 5), []),
+    "SoftMaxCrossEntropy": (
+        lambda: layer.SoftMaxCrossEntropy(),
+        lambda d: (_x((4, 3), d), _labels(4, d)),
+        (1,),
+        [],
+    ),
+    "CrossEntropy": (
+        lambda: layer.CrossEntropy(),
+        lambda d: (autograd.softmax(_x((4, 3), d)), _labels(4, d)),
+        (1,),
+        [],
+    ),
+    "BinaryCrossEntropy": (
+        lambda: layer.BinaryCrossEntropy(),
+        lambda d: (
+            autograd.sigmoid(_x((4, 3), d)),
+            tensor.from_numpy(np.eye(3, dtype=np.float32)[[0, 2, 1, 0]], d),
+        ),
+        (1,),
+        [],
+    ),
+    "MeanSquareError": (lambda: layer.MeanSquareError(), lambda d: (_x((4, 3), d), _x((4, 3), d)), (1,), []),
 }
+
+
+def test_every_layer_class_has_a_case():
+    classes = {
+        n for n, c in vars(layer).items() if isinstance(c, type) and issubclass(c, Layer) and c is not Layer
+    }
+    covered = {name.split("(")[0] for name in CASES}
+    assert classes <= covered, sorted(classes - covered)
 
 
 def _shapes(y):
@@ -125,9 +173,9 @@ def _shapes(y):
 def test_layer_shape_grad_names_and_states(dev, name):
     make, make_input, want_shape, want_params = CASES[name]
     lyr = make()
-    x = make_input(dev)
+    args = make_input(dev)
     autograd.training = True
-    y = lyr(x)
+    y = lyr(*args) if isinstance(args, tuple) else lyr(args)
     assert _shapes(y) == want_shape
     params = lyr.get_params()
     assert list(params) == sorted(want_params)
