@@ -3,18 +3,19 @@
 With a single image and no gradient wanted, ``W (O, C*kh*kw) @ col (C*kh*kw, Ho*Wo)`` gives
 the NCHW output directly (no transposing copy); 1x1 stride-1 convs use the image itself as
 the matrix; narrowing stride-1 convs use kn2row (one GEMM of all taps, then a sum of shifted
-windows); wide 3x3 stride-1 convs on 14x14-sized images use Winograd F(2x2, 3x3)
-(``winograd``) where the caller gives its weights; big column matrices are made in bands of
-output rows. ``Conv2d.forward`` takes this
+windows); big column matrices are made in bands of output rows. ``Conv2d.forward`` takes this
 path when nothing is recorded; ``sonnx``'s inference program calls ``conv2d_one_image`` with
 the bias folded into the weight as an extra column.
+
+(A Winograd F(2x2, 3x3) path for wide 14x14 convs was measured 0.82-0.89x im2col's time on
+its own but 0.7% faster to 2% slower inside resnet50, inception and vgg19, whose caches its
+transforms' extra passes evict; it was removed.)
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from singa_lite.ops import winograd
 from singa_lite.ops.conv import Pads, _pad_nchw, conv_output_size
 
 _BAND_BYTES = 1 << 20
@@ -106,15 +107,11 @@ def conv2d_one_image(
     pads: Pads,
     dilation: tuple,
     group: int,
-    U: Any = None,
 ) -> Any | None:
     """Inference forward of NCHW batch-1 ``x`` on arrays (nothing recorded): ``Conv2d``'s
     batch-1 path with ``Wb = one_image_weight(xp, W, b, group)`` given, so that the GEMM adds
     the bias. None where that path does not apply (depthwise, a batch, mismatched shapes or
     dtypes, an empty output): the caller then runs ``Conv2d``, which also raises its errors.
-
-    ``U = winograd.winograd_weight(xp, W, b)``, where given, runs the 3x3 stride-1 convs for
-    which ``_winograd_wins`` with Winograd F(2x2, 3x3).
     """
     O, cg, kh, kw = W.shape
     if x.ndim != 4 or x.shape[0] != 1 or x.shape[1] != cg * group or (cg == 1 and group > 1):
@@ -128,31 +125,7 @@ def conv2d_one_image(
     )
     if min(out_hw) < 1:
         return None
-    if U is not None and U.dtype == x.dtype and _winograd_wins(W, stride, dilation, pads, group, out_hw):
-        return winograd.winograd_conv(xp, x, U, pads, out_hw, biased=U.shape[2] == cg + 1)
     return conv_one_image(xp, x, W, b, pads, stride, dilation, out_hw, group, Wb)
-
-
-def _winograd_wins(W: Any, stride: tuple, dilation: tuple, pads: Pads, group: int, out_hw: tuple) -> bool:
-    """Whether ``winograd.winograd_conv`` beats im2col for this batch-1 conv (kn2row lost to
-    im2col on every 3x3 shape of resnet50 and inception_v2, all with ``O >= C``).
-
-    Measured on those shapes (2 cores, OpenBLAS): 0.82-0.89x im2col's time at 14x14 with
-    ``C >= 160``; 1.03-1.3x with fewer channels at 14x14 (GEMMs too thin for their 2.25x
-    fewer multiplies to pay for the transforms), 1.1-1.4x at 28x28 and 56x56 (the
-    transformed input and GEMM output, 4x the image and the output, streamed by
-    single-threaded elementwise passes) and 1.1-1.4x at 7x7 (8x10 tiled pixels per 49).
-    """
-    C, kh, kw = W.shape[1:]
-    return (
-        group == 1
-        and (kh, kw) == (3, 3)
-        and stride == (1, 1)
-        and dilation == (1, 1)
-        and min(pads) >= 0
-        and C >= 160
-        and all(10 <= n <= 16 for n in out_hw)
-    )
 
 
 def _kn2row_wins(W: Any, stride: tuple, group: int) -> bool:

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from singa_lite import ops
-from singa_lite.ops import conv_infer, unary, winograd
+from singa_lite.ops import conv_infer, unary
 from singa_lite.sonnx.handlers_base import Node, onnx_pads_to_pairs, window_pads, wrap
 from singa_lite.tensor import Tensor
 
@@ -69,9 +69,6 @@ class PackedConv:
     def __init__(self, W: Tensor, B: Tensor, group: int) -> None:
         xp = W.device.xp
         self.Wb = conv_infer.one_image_weight(xp, W.data, B.data, group)
-        # Winograd weights only where conv_infer may use them (3x3, ungrouped, wide enough).
-        wide_3x3 = W.ndim() == 4 and tuple(W.shape[2:]) == (3, 3) and group == 1 and W.shape[1] >= 160
-        self.U = winograd.winograd_weight(xp, W.data, B.data) if wide_3x3 else None
 
     def __call__(self, n: Node, x: Tensor, W: Tensor, B: Tensor | None = None) -> Tensor:
         kernel = list(n.attr("kernel_shape", W.shape[2:]))
@@ -80,7 +77,7 @@ class PackedConv:
             (t, b), (left, r) = onnx_pads_to_pairs(pads)
             y = conv_infer.conv2d_one_image(
                 x.device.xp, x.data, W.data, B.data, self.Wb, tuple(strides), (t, b, left, r),
-                tuple(dilations), n.attr("group", 1), self.U,
+                tuple(dilations), n.attr("group", 1),
             )  # fmt: skip
             if y is not None:
                 return Tensor._wrap(y, x.device, False, None, 0)
