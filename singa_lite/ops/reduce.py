@@ -1,4 +1,5 @@
-"""Reductions over axes: sum, mean, max, min, prod, and the index reductions argmax/argmin.
+"""Reductions over axes: sum, mean, max, min, prod, the index reductions argmax/argmin, and
+the running sum ``cumsum``.
 
 ``axes`` is ``None`` (every axis), an int, or a sequence of ints (negative ones count from the
 end), as in NumPy. Reductions keep the input's dtype: float16 is accumulated in float32 and
@@ -22,6 +23,7 @@ from singa_lite.tensor import Tensor
 __all__ = [
     "ArgMax",
     "ArgMin",
+    "CumSum",
     "ReduceMax",
     "ReduceMean",
     "ReduceMin",
@@ -29,6 +31,7 @@ __all__ = [
     "ReduceSum",
     "argmax",
     "argmin",
+    "cumsum",
     "reduce_max",
     "reduce_mean",
     "reduce_min",
@@ -213,6 +216,39 @@ class ArgMin(_ArgExtreme):
     fn = "argmin"
 
 
+class CumSum(Operator):
+    """Running sum along ``axis`` (ONNX CumSum): ``exclusive`` leaves each element out of its
+    own sum, ``reverse`` sums from the end. Integer sums stay in the input's type.
+
+    The gradient of a running sum is the running sum of the gradient the other way round.
+    """
+
+    def __init__(self, axis: int, exclusive: bool = False, reverse: bool = False) -> None:
+        super().__init__()
+        self.axis, self.exclusive, self.reverse = int(axis), bool(exclusive), bool(reverse)
+
+    def forward(self, x: Any) -> Any:
+        if x.ndim == 0:
+            raise self.error("needs at least one axis", x)
+        if x.dtype.kind not in "fiu":
+            raise DTypeError(f"{self.name}: needs a numeric input, got {x.dtype}")
+        self.ax = normalize_axis(self.axis, x.ndim, self.name)
+        return _running_sum(self.xp, x, self.ax, self.exclusive, self.reverse)
+
+    def backward(self, dy: Any) -> Any:
+        return _running_sum(self.xp, dy, self.ax, self.exclusive, not self.reverse)
+
+
+def _running_sum(xp: Any, x: Any, axis: int, exclusive: bool, reverse: bool) -> Any:
+    acc = _acc_dtype(x.dtype)
+    data = xp.flip(x, axis) if reverse else x
+    out = xp.cumsum(data, axis=axis, dtype=acc)
+    if exclusive:
+        out -= data
+    out = out.astype(x.dtype, copy=False)
+    return xp.ascontiguousarray(xp.flip(out, axis)) if reverse else out
+
+
 def reduce_sum(x: Tensor, axes: Axes = None, keepdims: bool = False) -> Tensor:
     """Sum over ``axes`` (all when ``None``).
 
@@ -258,3 +294,14 @@ def argmin(
 ) -> Tensor:
     """Index (int64) of the smallest element along ``axis`` (of the flattened input when ``None``)."""
     return ArgMin(axis, keepdims, select_last_index)(x)[0]
+
+
+def cumsum(x: Tensor, axis: int, exclusive: bool = False, reverse: bool = False) -> Tensor:
+    """Running sum of ``x`` along ``axis`` (ONNX CumSum's ``exclusive`` and ``reverse``).
+
+    >>> import numpy as np; from singa_lite import tensor
+    >>> x = tensor.from_numpy(np.array([1.0, 2.0, 3.0], np.float32))
+    >>> tensor.to_numpy(cumsum(x, 0)).tolist(), tensor.to_numpy(cumsum(x, 0, True, True)).tolist()
+    ([1.0, 3.0, 6.0], [5.0, 3.0, 0.0])
+    """
+    return CumSum(axis, exclusive, reverse)(x)[0]

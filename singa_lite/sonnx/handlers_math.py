@@ -34,6 +34,7 @@ __all__ = [
     "Clip",
     "Cos",
     "Cosh",
+    "CumSum",
     "Div",
     "Einsum",
     "Elu",
@@ -176,6 +177,11 @@ def Pow(n: Node, x: Tensor, y: Tensor) -> Tensor:
 
 def MatMul(n: Node, a: Tensor, b: Tensor) -> Tensor:
     return ops.matmul(a, b)
+
+
+def CumSum(n: Node, x: Tensor, axis: Tensor) -> Tensor:
+    """Running sums along ``axis``; ``exclusive`` and ``reverse`` as in ``ops.cumsum``."""
+    return ops.cumsum(x, int(n.scalar(axis)), bool(n.attr("exclusive", 0)), bool(n.attr("reverse", 0)))
 
 
 def Einsum(n: Node, *operands: Tensor) -> Tensor:

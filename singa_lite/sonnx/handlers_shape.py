@@ -20,8 +20,8 @@ from singa_lite.tensor import Tensor
 __all__ = [
     "Cast", "CastLike", "Concat", "Constant", "ConstantOfShape", "DepthToSpace", "Dropout", "Expand",
     "Flatten", "Gather", "GatherElements", "NonZero", "OneHot", "Pad", "Range", "Reshape",
-    "ScatterElements", "Shape", "Size", "Slice", "SpaceToDepth", "Split", "Squeeze", "Tile",
-    "Transpose", "Unsqueeze", "Where",
+    "ScatterElements", "Shape", "Size", "Slice", "SpaceToDepth", "Split", "Squeeze", "Tile", "TopK",
+    "Transpose", "Trilu", "Unsqueeze", "Where",
 ]  # fmt: skip
 
 
@@ -209,6 +209,34 @@ def ScatterElements(n: Node, x: Tensor, indices: Tensor, updates: Tensor) -> Ten
 
 def Where(n: Node, cond: Tensor, x: Tensor, y: Tensor) -> Tensor:
     return ops.where(cond, x, y)
+
+
+def Trilu(n: Node, x: Tensor, k: Tensor | None = None) -> Tensor:
+    """The upper (``upper=1``) or lower triangle of the last two axes, from diagonal ``k``
+    (positive above the main one); zeros elsewhere. PyTorch exports ``triu``/``tril``, and so
+    every in-graph causal mask, as this operator."""
+    xp = x.device.xp
+    rows, cols = x.shape[-2:]
+    offset = xp.arange(cols)[None, :] - xp.arange(rows)[:, None]  # column minus row
+    diag = int(n.scalar(k, 0))
+    keep = offset >= diag if n.attr("upper", 1) else offset <= diag
+    return ops.where(wrap(keep, x), x, 0)
+
+
+def TopK(n: Node, x: Tensor, k: Tensor) -> tuple[Tensor, Tensor]:
+    """The ``k`` largest (``largest=1``) or smallest values along ``axis``, sorted, and their
+    int64 indices; of equal values the lower index comes first, as ONNX requires."""
+    xp = x.device.xp
+    axis = n.attr("axis", -1)
+    data = x.data
+    if n.attr("largest", 1):
+        # A stable ascending sort of an order-reversing key: descending, ties by lower index.
+        # ``~`` reverses the order of integers (and bools) without the overflow of ``-INT_MIN``.
+        data = -data if data.dtype.kind == "f" else ~data
+    order = xp.argsort(data, axis=axis, kind="stable")
+    idx = xp.take(order, xp.arange(int(n.scalar(k))), axis=axis).astype(np.int64)
+    indices = wrap(idx, x)
+    return ops.gather_elements(x, indices, axis), indices
 
 
 def NonZero(n: Node, x: Tensor) -> Tensor:

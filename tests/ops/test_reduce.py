@@ -201,3 +201,54 @@ def test_reduce_errors(dev):
     with pytest.raises(DTypeError, match="ReduceMean"):
         R.reduce_mean(tensor.from_numpy(np.ones(3, bool), dev))
     assert R.reduce_max(empty, 1).shape == (0,)
+
+
+# -- cumsum -------------------------------------------------------------------------------------
+def ref_cumsum(x: np.ndarray, axis: int, exclusive: bool, reverse: bool) -> np.ndarray:
+    """ONNX CumSum written out element by element along the axis."""
+    moved = np.moveaxis(x.astype(np.float64 if x.dtype.kind == "f" else np.int64), axis, -1)
+    out = np.zeros_like(moved)
+    n = moved.shape[-1]
+    for j in range(n):
+        lo, hi = (j, n) if reverse else (0, j + 1)
+        if exclusive:
+            lo, hi = (j + 1, n) if reverse else (0, j)
+        out[..., j] = moved[..., lo:hi].sum(axis=-1)
+    return np.moveaxis(out, -1, axis).astype(x.dtype)
+
+
+@given(
+    xa=array_and_axes(dtypes=NUMERIC, min_side=1),
+    exclusive=st.booleans(),
+    reverse=st.booleans(),
+)
+def test_cumsum_forward(dev, xa, exclusive, reverse):
+    x, _ = xa
+    if x.ndim == 0:
+        x = x.reshape(1)
+    axis = -1 if x.ndim == 1 else 1 - x.ndim  # a negative axis, counted from the end
+    tol = 2e-2 if x.dtype == np.float16 else 1e-6
+    check_forward(
+        lambda t: R.cumsum(t, axis, exclusive, reverse),
+        lambda a: ref_cumsum(a, axis % a.ndim, exclusive, reverse),
+        [x],
+        dev,
+        rtol=tol,
+        atol=tol,
+    )
+
+
+@pytest.mark.parametrize("exclusive", [False, True])
+@pytest.mark.parametrize("reverse", [False, True])
+@pytest.mark.parametrize("axis", [0, 1, -1])
+def test_cumsum_grad(dev, axis, exclusive, reverse):
+    check_grad(lambda t: R.cumsum(t, axis, exclusive, reverse), [distinct((3, 4, 2))], dev)
+
+
+def test_cumsum_bad_input(dev):
+    with pytest.raises(ShapeError):
+        R.cumsum(tensor.from_numpy(np.float32(1.0), dev), 0)
+    with pytest.raises(ShapeError):
+        R.cumsum(tensor.from_numpy(np.ones((2, 3), np.float32), dev), 2)
+    with pytest.raises(DTypeError):
+        R.cumsum(tensor.from_numpy(np.ones(3, bool), dev), 0)
