@@ -318,10 +318,13 @@ class Program:
             ):
                 self.handlers[k] = PackedConv(W, B, node.attr("group", 1))
 
-    def feeds(self, inputs: Any) -> dict[str, Tensor]:
-        """Graph inputs by name from a list (in graph order), a dict, or one array/tensor,
-        checked against the element types and dims the graph declares for them (as
-        onnxruntime does: a wrong rank or dtype would otherwise run and give wrong shapes)."""
+    def feeds(self, inputs: Any, check: bool = True) -> dict[str, Tensor]:
+        """Graph inputs by name from a list (in graph order), a dict, or one array/tensor.
+
+        With ``check`` (``SingaRep.run``), each is checked against the element type and dims
+        the graph declares for it, as onnxruntime does: a wrong rank or dtype would otherwise
+        run and give wrong shapes. ``SONNXModel`` does not check: fine-tuning runs other batch
+        sizes than an exporter fixed, and its Tensors hold narrow types widened."""
         if inputs is None:
             raise OnnxError(f"no inputs given; the graph's inputs are {self.inputs}")
         if isinstance(inputs, Mapping):
@@ -341,13 +344,15 @@ class Program:
         absent = [name for name in self.inputs if name not in items]
         if absent:
             raise OnnxError(f"missing graph inputs {absent}")
-        return {name: self._as_tensor(v, name) for name, v in items.items()}
+        return {name: self._as_tensor(v, name, check) for name, v in items.items()}
 
-    def _as_tensor(self, v: Any, name: str) -> Tensor:
-        dtype, dims = self.input_specs.get(name, (None, None))
+    def _as_tensor(self, v: Any, name: str, check: bool = True) -> Tensor:
+        dtype, dims = self.input_specs.get(name, (None, None)) if check else (None, None)
         if not hasattr(v, "dtype"):  # a list or a Python number: read it as the declared type
             v = np.asarray(v, dtype=dtype)
-        if dtype is not None and np.dtype(v.dtype) != dtype:
+        # A Tensor holds a narrow or exotic declared type widened (storage_dtype).
+        want = storage_dtype(dtype) if dtype is not None and isinstance(v, Tensor) else dtype
+        if want is not None and np.dtype(v.dtype) != want:
             raise DTypeError(f"graph input {name!r} is declared {dtype}, got {np.dtype(v.dtype)}")
         shape = tuple(v.shape)
         if dims is not None and (

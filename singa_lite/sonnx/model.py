@@ -151,7 +151,8 @@ class SONNXModel(Model):
         Ops are recorded for backward while training, so the params get gradients.
         """
         variables = {name: getattr(self, attr) for name, attr in self._onnx_names.items()}
-        return self._program.run(self._program.feeds(list(x)), variables, last_layers, aux_output)
+        feeds = self._program.feeds(list(x), check=False)  # any batch size (see Program.feeds)
+        return self._program.run(feeds, variables, last_layers, aux_output)
 
     def train_one_batch(self, x: Tensor, y: Tensor, dist_option: str = "plain", spars: Any = None) -> tuple:
         """One step on ``softmax_cross_entropy(forward(x), y)``; returns ``(out, loss)``.

@@ -14,6 +14,7 @@ import pytest
 
 from singa_lite import layer, opt, sonnx, tensor
 from singa_lite.data import load_digits
+from singa_lite.errors import ShapeError
 
 torch = pytest.importorskip("torch", reason="PyTorch is not installed")
 nn = torch.nn
@@ -102,6 +103,7 @@ sys.path.insert(0, {tests!r})
 from test_import_sonnxmodel import DigitsTransfer
 from singa_lite import tensor
 from singa_lite.data import load_digits
+from singa_lite.errors import ShapeError
 model = DigitsTransfer({onnx_path!r})
 x = tensor.from_numpy(load_digits("test")[0])
 model.compile([x], is_train=False)
@@ -145,3 +147,28 @@ def test_transfer_learning_survives_save_states_and_a_fresh_process(tmp_path: Pa
     run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stderr[-2000:]
     np.testing.assert_allclose(np.load(tmp_path / "p.npy"), expected, rtol=1e-6, atol=1e-6)
+
+
+def test_sonnxmodel_runs_other_batch_sizes_and_widened_inputs() -> None:
+    """run() checks declared dims like onnxruntime; SONNXModel fine-tunes at any batch size and
+    takes its Tensors' widened types (an exporter fixed batch 1 here, and a uint8 input)."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    w = numpy_helper.from_array(np.ones((4, 2), np.float32), "w")
+    graph = helper.make_graph(
+        [
+            helper.make_node("Cast", ["x"], ["xf"], to=TensorProto.FLOAT),
+            helper.make_node("MatMul", ["xf", "w"], ["y"]),
+        ],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.UINT8, [1, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 2])],
+        [w],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    m = sonnx.SONNXModel(model)
+    m.eval()
+    (y,) = m(tensor.from_numpy(np.ones((8, 4), np.int64)))
+    np.testing.assert_array_equal(y.numpy(), np.full((8, 2), 4.0, np.float32))
+    with pytest.raises(ShapeError, match="declared with shape"):
+        sonnx.prepare(model).run([np.ones((8, 4), np.uint8)])
