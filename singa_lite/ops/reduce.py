@@ -242,9 +242,12 @@ class CumSum(Operator):
 def _running_sum(xp: Any, x: Any, axis: int, exclusive: bool, reverse: bool) -> Any:
     acc = _acc_dtype(x.dtype)
     data = xp.flip(x, axis) if reverse else x
-    out = xp.cumsum(data, axis=axis, dtype=acc)
-    if exclusive:
-        out -= data
+    if exclusive:  # the inclusive sums shifted one along: subtracting x would turn inf into nan
+        out = xp.zeros(data.shape, dtype=acc)
+        lead = (slice(None),) * axis
+        xp.cumsum(data[lead + (slice(0, -1),)], axis=axis, dtype=acc, out=out[lead + (slice(1, None),)])
+    else:
+        out = xp.cumsum(data, axis=axis, dtype=acc)
     out = out.astype(x.dtype, copy=False)
     return xp.ascontiguousarray(xp.flip(out, axis)) if reverse else out
 

@@ -252,3 +252,13 @@ def test_cumsum_bad_input(dev):
         R.cumsum(tensor.from_numpy(np.ones((2, 3), np.float32), dev), 2)
     with pytest.raises(DTypeError):
         R.cumsum(tensor.from_numpy(np.ones(3, bool), dev), 0)
+
+
+def test_exclusive_cumsum_keeps_inf_nan_and_small_terms(dev):
+    x = np.array([np.inf, 1.0, 2.0], np.float32)
+    (got,) = run(lambda t: R.cumsum(t, 0, exclusive=True), [x], dev)
+    np.testing.assert_array_equal(got, [0.0, np.inf, np.inf])
+    (got,) = run(lambda t: R.cumsum(t, 0, exclusive=True, reverse=True), [x], dev)
+    np.testing.assert_array_equal(got, [3.0, 2.0, 0.0])
+    (got,) = run(lambda t: R.cumsum(t, 0, exclusive=True), [np.array([1.0, 1e8, 3.0], np.float32)], dev)
+    np.testing.assert_array_equal(got, np.array([0.0, 1.0, 1e8 + 1], np.float32))  # no cancellation
