@@ -133,9 +133,9 @@ def _common_device(op: Operator, xs: tuple) -> Any:
     return dev
 
 
-def _topological(root: Operator) -> tuple[list[Operator], dict[int, int]]:
+def _topological(root: Operator) -> tuple[list[Operator], dict[int, int], list[tuple]]:
     """The ops below ``root`` that lead to a param (a ``stores_grad`` leaf), outputs before
-    inputs; and how often each param is used by them.
+    inputs; how often each param is used by them; and the leaves with the flags this used.
 
     Ops whose inputs reach no param are left out, and each kept op's ``needs_grad`` is narrowed
     to the inputs that do: ``backward`` yields gradients of params only, so a data tensor
@@ -170,21 +170,32 @@ def _topological(root: Operator) -> tuple[list[Operator], dict[int, int]]:
     reaches: set[int] = set()
     order: list[Operator] = []
     param_uses: dict[int, int] = {}
+    leaves: dict[int, tuple] = {}  # the flags the walk depended on, to check a cached plan
     for op in post:
-        need = tuple(
-            x.requires_grad and (x.stores_grad if x.creator is None else id(x.creator) in reaches)
-            for x in op.inputs
-        )
-        if not any(need):
+        need = []
+        for x in op.inputs:
+            c = x.creator
+            if c is None:
+                leaves[id(x)] = (x, x.requires_grad, x.stores_grad)
+                need.append(x.requires_grad and x.stores_grad)
+            else:
+                need.append(x.requires_grad and id(c) in reaches)
+        if True not in need:
             continue
         reaches.add(id(op))
-        op.needs_grad = need
+        op.needs_grad = tuple(need)
         order.append(op)
         for x, n in zip(op.inputs, need):
             if n and x.creator is None:
                 param_uses[id(x)] = param_uses.get(id(x), 0) + 1
     order.reverse()
-    return order, param_uses
+    return order, param_uses, list(leaves.values())
+
+
+def _plan_holds(plan: tuple) -> bool:
+    """Whether no leaf's ``requires_grad``/``stores_grad`` changed since ``plan`` was made
+    (a param frozen or unfrozen between graph-mode replays changes which ops backward runs)."""
+    return all(x.requires_grad == r and x.stores_grad == s for x, r, s in plan[2])
 
 
 def run_step(fn: Any, *args: Any) -> Any:
@@ -228,7 +239,7 @@ def backward(y: Tensor, dy: Any = None, retain_graph: bool | None = None) -> Ite
     # The graph below an op never changes, so a retained graph (graph mode replays it every
     # step) keeps its walk order on its root op instead of sorting again.
     plan = getattr(root, "_plan", None) if retain_graph else None
-    if plan is None:
+    if plan is None or not _plan_holds(plan):
         plan = _topological(root)
         if retain_graph:
             root._plan = plan

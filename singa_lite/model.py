@@ -19,6 +19,7 @@ runs eagerly.
 from __future__ import annotations
 
 import warnings
+from collections.abc import Sequence
 from numbers import Integral
 from typing import Any
 
@@ -158,6 +159,8 @@ class Model(Layer):
         keys = tuple(kwargs)
         flat = args + tuple(kwargs.values())
         g = self._graph
+        if g is not None and not g.params_hold():
+            g = self._graph = None  # a param was frozen or unfrozen: record the step again
         if g is not None:
             if g.keys == keys and g.matches(flat):
                 return g.replay(flat)
@@ -184,7 +187,7 @@ class Model(Layer):
                 "an optimizer (self.optimizer(loss)) for replays to train",
                 stacklevel=3,
             )
-        self._graph = _Graph(placeholders, tape, out, keys)
+        self._graph = _Graph(placeholders, tape, out, keys, list(self.get_params().values()))
         return out
 
     # -- checkpoints (the format lives in singa_lite.checkpoint; models never touch files) ---
@@ -252,11 +255,17 @@ class Model(Layer):
 class _Graph:
     """One recorded training step: forward ops in call order and the update steps."""
 
-    def __init__(self, inputs: tuple, tape: list, out: Any, keys: tuple = ()) -> None:
+    def __init__(self, inputs: tuple, tape: list, out: Any, keys: tuple = (), params: Sequence = ()) -> None:
         self.inputs = inputs  # positional arguments, then the values of the keyword ones
         self.keys = keys  # the keyword arguments' names
         self.tape = tape
         self.out = out
+        # Which params train decides which ops were recorded: freezing or unfreezing one
+        # after recording means recording again.
+        self.param_flags = [(p, p.requires_grad, p.stores_grad) for p in params]
+
+    def params_hold(self) -> bool:
+        return all(p.requires_grad == r and p.stores_grad == s for p, r, s in self.param_flags)
 
     def matches(self, args: tuple) -> bool:
         if len(args) != len(self.inputs):

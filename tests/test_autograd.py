@@ -200,3 +200,13 @@ def test_backward_walks_only_paths_to_params():
         np.testing.assert_array_equal(tensor.to_numpy(g[w]), [1.0, 4.0])
     assert x.creator is not None and not x.creator.released  # never on a path to a param
     assert list(autograd.backward(autograd.reduce_sum(x * 2))) == []  # no param: nothing to do
+
+
+def test_retained_graph_follows_a_param_frozen_between_backwards():
+    autograd.training = True
+    w, b = param([[1.0, 2.0], [3.0, 4.0]], "w"), param([1.0, 1.0], "b")
+    x = tensor.from_numpy(np.ones((1, 2)))
+    y = autograd.reduce_sum(autograd.add(autograd.matmul(x, w), b))
+    assert set(dict(autograd.backward(y, retain_graph=True))) == {w, b}
+    b.requires_grad = b.stores_grad = False
+    assert set(dict(autograd.backward(y, retain_graph=True))) == {w}

@@ -247,3 +247,23 @@ def test_layers_built_before_attaching_get_their_full_names():
     x = tensor.from_numpy(np.ones((2, 3), np.float32))
     sgd(autograd.reduce_sum(m.forward(x)))
     assert sorted(sgd.get_states()["moments"]) == ["a.W", "b.W"]
+
+
+@pytest.mark.parametrize("use_graph", [False, True])
+def test_freezing_and_unfreezing_a_param_between_steps(use_graph):
+    """Graph mode records again when a param is frozen or unfrozen after recording."""
+    m = CNN()
+    m.set_optimizer(opt.SGD(lr=0.1))
+    ((xb, yb),) = _data(1)
+    tx, ty = tensor.from_numpy(xb), tensor.from_numpy(yb)
+    m.compile([tx], is_train=True, use_graph=use_graph)
+    m(tx, ty)
+    W = m.conv.W
+    before = tensor.to_numpy(W).copy()
+    W.requires_grad = W.stores_grad = False
+    m(tx, ty)
+    m(tx, ty)
+    np.testing.assert_array_equal(tensor.to_numpy(W), before)
+    W.requires_grad = W.stores_grad = True
+    m(tx, ty)
+    assert not np.array_equal(tensor.to_numpy(W), before)
