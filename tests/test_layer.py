@@ -307,3 +307,86 @@ def test_legacy_linear_bias_flag_and_rnn_without_bias():
     rnn(_x((5, 2, 3), None))
     assert list(rnn.get_params()) == ["Wh", "Wx"]
     assert sorted(set(rnn.get_states()) - set(rnn.get_params())) == ["Bh", "Bx"]
+
+
+def _x23():
+    return tensor.from_numpy(np.ones((2, 3), np.float32))
+
+
+def test_closure_adoption_never_makes_a_cycle():
+    """A closure that refers back to a layer being built (its future parent) adopts nothing."""
+
+    class Inner(Layer):
+        def __init__(self, outer):
+            super().__init__()
+            self.cb = lambda t: outer.fc(t)
+
+        def forward(self, x):
+            return self.cb(x)
+
+    class Outer(Layer):
+        def __init__(self):
+            super().__init__()
+            self.fc = layer.Linear(4)
+            self.inner = Inner(self)
+
+        def forward(self, x):
+            return self.inner(x)
+
+    class Top(Layer):
+        def __init__(self):
+            super().__init__()
+            self.blk = Outer()
+
+        def forward(self, x):
+            return self.blk(x)
+
+    m = Top()
+    m(_x23())
+    assert sorted(m.get_params()) == ["blk.fc.W", "blk.fc.b"]
+
+
+def test_closure_adoption_follows_reassignment_and_yields_to_attributes():
+    class Reassigned(Layer):
+        def __init__(self):
+            super().__init__()
+            fc = layer.Linear(2)
+            self.f = lambda t: fc(t)
+            self.f = lambda t: fc(t) * 2  # the same layer, closed over again
+
+        def forward(self, x):
+            return self.f(x)
+
+    class AlsoAttribute(Layer):
+        def __init__(self):
+            super().__init__()
+            fc = layer.Linear(2)
+            self.f = lambda t: fc(t)
+            self.fc = fc  # an attribute outranks the closure: registered once
+
+        def forward(self, x):
+            return self.f(x)
+
+    r, a = Reassigned(), AlsoAttribute()
+    r(_x23())
+    a(_x23())
+    assert sorted(r.get_params()) == ["f.fc.W", "f.fc.b"]
+    assert sorted(a.get_params()) == ["fc.W", "fc.b"]
+
+
+def test_initialize_may_call_forward_and_custom_layers_take_plain_values():
+    class Probe(Layer):
+        def initialize(self, x):
+            self.fc = layer.Linear(3)
+            self.out_shape = self.forward(x).shape  # learning a shape by running forward
+
+        def forward(self, x):
+            return self.fc(x)
+
+    class Scale(Layer):  # not singa_lite's: a number may come first
+        def forward(self, a, x):
+            return x * a
+
+    p = Probe()
+    assert p(_x23()).shape == (2, 3) and p.out_shape == (2, 3)
+    assert Scale()(2.0, _x23()).shape == (2, 3)

@@ -63,17 +63,21 @@ def describe(layer: Any) -> str:
 
 
 def check_inputs(layer: Any, args: tuple) -> None:
-    """Reject raw data passed to a layer: arrays anywhere among the positional arguments, and
-    as the first argument (the data) a number or a list/tuple holding anything but Tensors.
-
-    Other arguments may be plain values (``Reshape``'s shape, ``RNN``'s initial states), so
-    only arrays are refused there.
-    """
+    """Reject raw data passed to a layer: arrays anywhere among the positional arguments (or
+    inside a list or tuple of them), where a NumPy or CuPy array would fail deep inside an op;
+    and, for singa_lite's own layers, whose first argument is always the data, a number or a
+    list holding anything but Tensors there. Layers defined elsewhere may take plain values
+    in any position (a scale, a shape), so only arrays are refused for them."""
     hint = "wrap arrays with tensor.from_numpy(...)"
     for i, x in enumerate(args):
-        if _is_array(x):
-            raise ArgumentError(f"{describe(layer)}: input {i} is {type(x).__name__}, not Tensor; {hint}")
-    if not args:
+        items = x if isinstance(x, (list, tuple)) else (x,)
+        for item in items:
+            if _is_array(item):
+                raise ArgumentError(
+                    f"{describe(layer)}: input {i} is {'a list holding ' if items is x else ''}"
+                    f"{type(item).__name__}, not Tensor; {hint}"
+                )
+    if not args or not type(layer).__module__.startswith("singa_lite."):
         return
     first = args[0]
     if isinstance(first, (list, tuple)):

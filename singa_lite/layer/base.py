@@ -30,6 +30,7 @@ class Layer:
 
     sep = "."
     _top_level = False  # Models set this: they are never adopted as sub-layers
+    _adopter: Layer | None
     _layers: dict[str, Layer]
     _params: dict[str, Tensor]
     _states: dict[str, Tensor]
@@ -48,6 +49,7 @@ class Layer:
         object.__setattr__(self, "_states", {})
         object.__setattr__(self, "_initialized", False)
         object.__setattr__(self, "_parent", None)
+        object.__setattr__(self, "_adopter", None)  # the layer that adopted it from a closure
         object.__setattr__(self, "name", None)
 
     # -- registration -----------------------------------------------------------------------
@@ -78,16 +80,45 @@ class Layer:
         object.__delattr__(self, name)
 
     def _attach(self, name: str, lyr: Layer) -> None:
+        # An attribute outranks a closure: a layer adopted from one (below) moves here, and
+        # this layer leaves a closure of the layer now becoming its child.
+        previous = getattr(lyr, "_adopter", None)
+        if previous is not None:
+            previous._release(lyr)
+        adopter = getattr(self, "_adopter", None)
+        if adopter is not None and (adopter is lyr or lyr._contains(adopter)):
+            adopter._release(self)
+        if lyr is self or lyr._contains(self):
+            raise ArgumentError(f"{type(self).__name__}.{name}: a layer cannot contain itself")
         self._layers[name] = lyr
         object.__setattr__(lyr, "_parent", self)
         object.__setattr__(lyr, "name", name)
         lyr._rename()
 
+    def _contains(self, other: Layer) -> bool:
+        """Whether ``other`` is a layer somewhere below this one."""
+        stack, seen = list(self._layers.values()), set()
+        while stack:
+            lyr = stack.pop()
+            if lyr is other:
+                return True
+            if id(lyr) not in seen:
+                seen.add(id(lyr))
+                stack.extend(lyr._layers.values())
+        return False
+
+    def _release(self, lyr: Layer) -> None:
+        """Drop ``lyr``, adopted from a closure, so that it can be registered elsewhere."""
+        for key in [k for k, v in self._layers.items() if v is lyr]:
+            del self._layers[key]
+        object.__setattr__(lyr, "_parent", None)
+        object.__setattr__(lyr, "_adopter", None)
+
     def _unregister(self, name: str) -> None:
         for registry in (self._layers, self._params, self._states):
             registry.pop(name, None)
         for key in [k for k in self._layers if k.startswith(name + self.sep)]:
-            del self._layers[key]  # layers adopted from a function's closure (below)
+            self._release(self._layers[key])  # layers adopted from a function's closure (below)
 
     def _adopt_closure(self, name: str, fn: types.FunctionType) -> None:
         """Register the unowned layers a function attribute closes over as ``name.<variable>``.
@@ -103,8 +134,15 @@ class Layer:
                 lyr = cell.cell_contents
             except ValueError:  # an empty cell: the variable is assigned after the function
                 continue
-            if isinstance(lyr, Layer) and lyr._parent is None and lyr is not self and not lyr._top_level:
+            if (
+                isinstance(lyr, Layer)
+                and lyr._parent is None
+                and lyr is not self
+                and not lyr._top_level
+                and not lyr._contains(self)
+            ):
                 self._attach(name + self.sep + var, lyr)
+                object.__setattr__(lyr, "_adopter", self)
 
     def register_layers(self, *layers: Layer) -> None:
         """Register layers held in a list: they are named by position (``0``, ``1``, ...)."""
@@ -147,8 +185,7 @@ class Layer:
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         check_inputs(self, args)
         if not self._initialized:
-            self.initialize(*args, **kwargs)
-            object.__setattr__(self, "_initialized", True)
+            _initialize(self, args, kwargs)
         out = self.forward(*args, **kwargs)
         if output_hook is not None:
             output_hook(self, out)
@@ -237,8 +274,18 @@ def _initializing(forward: Any) -> Any:
     @functools.wraps(forward)
     def wrapper(self: Layer, *args: Any, **kwargs: Any) -> Any:
         if not self._initialized:
-            self.initialize(*args, **kwargs)
-            object.__setattr__(self, "_initialized", True)
+            _initialize(self, args, kwargs)
         return forward(self, *args, **kwargs)
 
     return wrapper
+
+
+def _initialize(lyr: Layer, args: tuple, kwargs: dict) -> None:
+    """``lyr.initialize(*args, **kwargs)``, marked done first: an ``initialize`` that calls
+    ``self.forward`` (to learn an output shape) must not start it again. A failure unmarks it."""
+    object.__setattr__(lyr, "_initialized", True)
+    try:
+        lyr.initialize(*args, **kwargs)
+    except BaseException:
+        object.__setattr__(lyr, "_initialized", False)
+        raise
