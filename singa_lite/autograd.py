@@ -173,21 +173,22 @@ def _topological(root: Operator) -> tuple[list[Operator], dict[int, int], list[t
     leaves: dict[int, tuple] = {}  # the flags the walk depended on, to check a cached plan
     for op in post:
         need = []
+        kept = False
         for x in op.inputs:
             c = x.creator
             if c is None:
                 leaves[id(x)] = (x, x.requires_grad, x.stores_grad)
-                need.append(x.requires_grad and x.stores_grad)
+                n = x.requires_grad and x.stores_grad
+                if n:
+                    param_uses[id(x)] = param_uses.get(id(x), 0) + 1
             else:
-                need.append(x.requires_grad and id(c) in reaches)
-        if True not in need:
-            continue
-        reaches.add(id(op))
-        op.needs_grad = tuple(need)
-        order.append(op)
-        for x, n in zip(op.inputs, need):
-            if n and x.creator is None:
-                param_uses[id(x)] = param_uses.get(id(x), 0) + 1
+                n = x.requires_grad and id(c) in reaches
+            kept = kept or n
+            need.append(n)
+        if kept:  # (a param input always keeps its op, so its count above stands)
+            reaches.add(id(op))
+            op.needs_grad = tuple(need)
+            order.append(op)
     order.reverse()
     return order, param_uses, list(leaves.values())
 

@@ -68,6 +68,11 @@ def check_inputs(layer: Any, args: tuple) -> None:
     and, for singa_lite's own layers, whose first argument is always the data, a number or a
     list holding anything but Tensors there. Layers defined elsewhere may take plain values
     in any position (a scale, a shape), so only arrays are refused for them."""
+    for x in args:  # the common case, Tensors only, costs one isinstance per argument
+        if not isinstance(x, Tensor):
+            break
+    else:
+        return
     hint = "wrap arrays with tensor.from_numpy(...)"
     for i, x in enumerate(args):
         items = x if isinstance(x, (list, tuple)) else (x,)
