@@ -282,17 +282,20 @@ def to_onnx(
     ``Model.to_onnx``) traces a fresh inference forward and needs neither.
     """
     inputs, outputs = _as_list(inputs), _as_list(outputs)
+    # An output without a recorded creator is exported as a constant: right for a param or
+    # state (named by its layer), wrong for a value computed from the inputs.
     unrecorded = [
         f"output {i} {tuple(y.shape)}"
         for i, y in enumerate(outputs)
-        if y.creator is None and not any(y is x for x in inputs)
+        if y.creator is None and y.name is None and not any(y is x for x in inputs)
     ]
     if unrecorded:
-        # Exported as they are, these would be constants: the model would ignore its inputs.
         raise OnnxError(
-            f"to_onnx: {', '.join(unrecorded)} was not computed by recorded operators; run the "
-            "forward with autograd.training = True (model.train()) right before to_onnx, or use "
-            "Model.to_onnx() / sonnx.export_model(model), which trace the forward themselves"
+            f"to_onnx: {', '.join(unrecorded)} was computed by no recorded operator, so it would "
+            "export as a constant: operators are recorded only with autograd.training = True "
+            "(model.train()) and when some input or param requires grad (tensor.from_numpy "
+            "gives requires_grad=False). Model.to_onnx() / sonnx.export_model(model) trace "
+            "the forward themselves"
         )
     trace = _Trace.from_creators(outputs)
     return _build(trace, inputs, outputs, model_name, opset, input_names, output_names)

@@ -231,8 +231,9 @@ def TopK(n: Node, x: Tensor, k: Tensor) -> tuple[Tensor, Tensor]:
     data = x.data
     if n.attr("largest", 1):
         # A stable ascending sort of an order-reversing key: descending, ties by lower index.
-        # ``~`` reverses the order of integers (and bools) without the overflow of ``-INT_MIN``.
-        data = -data if data.dtype.kind == "f" else ~data
+        # ``~`` reverses the order of integers (and bools) without the overflow of ``-INT_MIN``;
+        # NaN counts as the largest value, as in onnxruntime and onnx's reference.
+        data = xp.where(xp.isnan(data), -xp.inf, -data) if data.dtype.kind == "f" else ~data
     order = xp.argsort(data, axis=axis, kind="stable")
     idx = xp.take(order, xp.arange(int(n.scalar(k))), axis=axis).astype(np.int64)
     indices = wrap(idx, x)

@@ -578,9 +578,10 @@ def test_to_onnx_of_unrecorded_outputs_is_an_error():
     y = ops.matmul(x, w)
     from singa_lite.sonnx.frontend import to_onnx
 
-    with pytest.raises(OnnxError, match=r"output 0 \(2, 1\) was not computed by recorded operators"):
+    with pytest.raises(OnnxError, match=r"output 0 \(2, 1\) was computed by no recorded operator"):
         to_onnx([x], [y])
     assert len(to_onnx([x], [x]).graph.node) == 1  # an input given back as an output is fine
+    assert "w" in [i.name for i in to_onnx([x], [w]).graph.initializer]  # so is a param
 
 
 def test_unsupported_cases_raise_typed_errors():
