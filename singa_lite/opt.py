@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import abc
 import inspect
+import itertools
 import math
 from collections.abc import Mapping
 from numbers import Integral, Real
@@ -350,14 +351,16 @@ class Optimizer(abc.ABC):
         """The slot key of ``param``: its name, given one first if it has none.
 
         Layers name their params by attribute path; a bare tensor trained by ``opt(loss)`` or
-        ``update`` (SINGA's autograd-only scripts) is named ``str(id(param))`` as SINGA does, so
+        ``update`` (SINGA's autograd-only scripts) gets a name unique in this process
+        (``param:1``, ``param:2``... where SINGA uses ``id(param)``, which a later tensor can
+        reuse and so inherit a dead one's slots), so
         its slots persist across steps. Such a name means nothing in another process: name the
         tensor yourself to save and restore its slots.
         """
         if not isinstance(param, Tensor):
             raise ArgumentError(f"an optimizer updates Tensors, got {type(param).__name__}")
         if param.name is None:
-            param.name = str(id(param))
+            param.name = f"param:{next(_unnamed)}"
         return param.name
 
     def _prepare(self, name: str | None, param: Tensor, grad: Any) -> tuple[Any, Any, Any, Any]:
@@ -406,6 +409,9 @@ class Optimizer(abc.ABC):
         if arr is None:
             arr = values[name] = xp.zeros_like(p)
         return arr
+
+
+_unnamed = itertools.count(1)
 
 
 def _snapshot(arr: Any) -> Tensor:

@@ -394,7 +394,7 @@ def test_state_errors():
 
 # -- argument and parameter errors -------------------------------------------------------------
 def test_unnamed_param_gets_a_name_and_keeps_its_slots():
-    """As SINGA's: a bare tensor trained by opt(loss) is named str(id(p)), so its momentum
+    """As in SINGA: a bare tensor trained by opt(loss) gets a unique name, so its momentum
     persists across steps; apply() with no name at all is still an error."""
     p = param(np.ones(2, np.float32), name=None)
     with pytest.raises(SingaLiteError, match=r"param_name is None"):
@@ -402,7 +402,7 @@ def test_unnamed_param_gets_a_name_and_keeps_its_slots():
     autograd.training = True
     sgd = opt.SGD(0.1, momentum=0.5)
     sgd(p * p)  # grad 2p = 2: buf = 2, p = 1 - 0.2
-    assert p.name == str(id(p)) and set(sgd.moments) == {p.name}
+    assert p.name.startswith("param:") and set(sgd.moments) == {p.name}
     sgd(p * p)  # grad 1.6: buf = 0.5 * 2 + 1.6 = 2.6, p = 0.8 - 0.26
     np.testing.assert_allclose(tensor.to_numpy(p), [0.54, 0.54], rtol=1e-6)
 

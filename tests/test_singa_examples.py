@@ -23,7 +23,7 @@ What the tests change, and why (the model classes themselves are untouched):
 - ``dist_option``: the examples' ``fp16``/``partialUpdate``/``sparse*`` branches call
   ``DistOpt`` methods (multi-GPU NCCL training, ``singa_lite.dist``); these tests take the
   single-device branch (``'fp32'``, or ``'plain'`` in resnet.py).
-- native.py trains tensors it never names: the optimizer names them ``str(id(p))`` as SINGA's
+- native.py trains tensors it never names: the optimizer names them (``param:1``...) as SINGA's
   does. char_rnn.py passes (N, 1) integer labels to ``SoftMaxCrossEntropy``, taken as labels.
 - Out of scope: ``examples/rnn/imdb_model.py`` builds ``layer.CudnnRNN``, a cuDNN-only layer;
   ``device.create_cuda_gpu_on`` is replaced by the CPU device (the GPU runs the same code).
