@@ -50,6 +50,7 @@ __all__ = [
     "OneHot",
     "Pad",
     "Reshape",
+    "RoundTo",
     "ScatterElements",
     "ShapeOf",
     "Slice",
@@ -73,6 +74,7 @@ __all__ = [
     "onehot",
     "pad",
     "reshape",
+    "round_to",
     "scatter_elements",
     "shape_of",
     "slice",
@@ -361,6 +363,25 @@ class Cast(Operator):
         return None
 
 
+class RoundTo(Operator):
+    """Values rounded by ``fn``, an elementwise function on host (NumPy) arrays that keeps the
+    shape and dtype; the gradient passes straight through, as a float cast's does. ONNX import
+    rounds casts to the types it holds widened (bfloat16, float8) with it, so that a model
+    exported with such casts still trains."""
+
+    def __init__(self, fn: Any) -> None:
+        super().__init__()
+        self.fn = fn
+
+    def forward(self, x: Any) -> Any:
+        self.float_in = x.dtype.kind == "f"
+        y = self.fn(self.device.backend.to_numpy(x))  # ml_dtypes' types exist on the host only
+        return self.xp.asarray(y, dtype=x.dtype)
+
+    def backward(self, dy: Any) -> Any:
+        return dy if self.float_in else None
+
+
 class ShapeOf(Operator):
     """ONNX Shape: the input's shape as an int64 vector; no gradient."""
 
@@ -473,6 +494,12 @@ def space_to_depth(x: Tensor, blocksize: int) -> Tensor:
 def cast(x: Tensor, dtype: Any) -> Tensor:
     """``x`` converted to ``dtype``; differentiable between float dtypes."""
     return Cast(dtype)(x)[0]
+
+
+def round_to(x: Tensor, fn: Any) -> Tensor:
+    """``x`` rounded by the host function ``fn`` (same shape and dtype); the gradient passes
+    straight through. See ``RoundTo``."""
+    return RoundTo(fn)(x)[0]
 
 
 def shape_of(x: Tensor) -> Tensor:

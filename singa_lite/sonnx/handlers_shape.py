@@ -64,7 +64,8 @@ def Cast(n: Node, x: Tensor) -> Tensor:
 
     To a type held in a wider one (bfloat16, float8, float4, int4...: see
     ``handlers_base.storage_dtype``) the values are rounded as ONNX defines, with ``saturate``
-    and ``round_mode``, by onnx's reference cast, and kept in the wider type; not recorded.
+    and ``round_mode``, by onnx's reference cast, and kept in the wider type; from a float the
+    gradient passes straight through (``ops.round_to``), so such a model still trains.
     """
     to = n.attr("to")
     held = onnx_dtype(n, to)
@@ -73,8 +74,9 @@ def Cast(n: Node, x: Tensor) -> Tensor:
         return ops.cast(x, held)
     from onnx.reference.ops.op_cast import cast_to  # the spec's rounding, saturation, round modes
 
-    rounded = cast_to(np.asarray(x), to, bool(n.attr("saturate", 1)), n.attr("round_mode", "up"))
-    return wrap(rounded.astype(held), x)
+    saturate, mode = bool(n.attr("saturate", 1)), n.attr("round_mode", "up")
+    widened = ops.cast(x, held)  # float32 for the floats, int64 for int4: the held type
+    return ops.round_to(widened, lambda a: cast_to(a, to, saturate, mode).astype(held))
 
 
 def CastLike(n: Node, x: Tensor, like: Tensor) -> Tensor:

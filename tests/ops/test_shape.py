@@ -267,3 +267,19 @@ def test_getitem_through_tensor(dev):
     x = np.arange(12.0).reshape(3, 4)
     assert run(lambda t: t[1:, ::2], [x], dev)[0].tolist() == [[4.0, 6.0], [8.0, 10.0]]
     assert [r.shape for r in t_(x, dev)] == [(4,)] * 3  # iteration stops on IndexError
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
+def test_round_to_rounds_and_passes_the_gradient_straight_through(dev, dtype):
+    x = np.array([[0.4, 1.6], [-2.5, 3.49]], dtype)
+    t = tensor.from_numpy(x, dev)
+    t.requires_grad = t.stores_grad = True
+    autograd.training = True
+    try:
+        y = S.round_to(t, np.round)
+        (g,) = autograd.gradients(autograd.reduce_sum(y * y)).values()
+    finally:
+        autograd.training = False
+    assert y.dtype == dtype
+    np.testing.assert_array_equal(tensor.to_numpy(y), np.round(x))
+    np.testing.assert_array_equal(tensor.to_numpy(g), 2 * np.round(x))  # d(y^2)/dy, passed through

@@ -10,7 +10,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from singa_lite import sonnx, tensor
+from singa_lite import autograd, sonnx, tensor
 from singa_lite.errors import DTypeError, OnnxError, ShapeError, UnsupportedOperatorError
 from singa_lite.sonnx import SingaRep, prepare
 from singa_lite.sonnx.handlers import DESIGN_OPS, HANDLERS, schema_versions
@@ -269,3 +269,26 @@ def test_bfloat16_model_runs_held_as_float32() -> None:
     np.testing.assert_array_equal(y.astype(np.float32), expected.astype(np.float32))
     (held,) = prepare(model).run([x])  # SingaRep gives singa_lite tensors: float32
     assert held.dtype == np.float32
+
+
+def test_a_bfloat16_cast_passes_the_gradient_straight_through() -> None:
+    """A model exported with a cast to bfloat16 (autocast) still trains as a SONNXModel."""
+    rng = np.random.default_rng(1)
+    w = numpy_helper.from_array(rng.standard_normal((4, 3)).astype(np.float32), "w")
+    nodes = [
+        helper.make_node("MatMul", ["x", "w"], ["h"]),
+        helper.make_node("Cast", ["h"], ["hb"], to=TensorProto.BFLOAT16),
+        helper.make_node("Cast", ["hb"], ["y"], to=TensorProto.FLOAT),
+    ]
+    model = _model(nodes, [_info("x", ["n", 4])], [_info("y", ["n", 3])], [w])
+    m = sonnx.SONNXModel(model)
+    x = tensor.from_numpy(rng.standard_normal((2, 4)).astype(np.float32))
+    autograd.training = True
+    (y,) = m.forward(x)
+    grads = autograd.gradients(autograd.reduce_sum(y))
+    (gw,) = grads.values()
+    np.testing.assert_allclose(gw.numpy(), np.asarray(x).T @ np.ones((2, 3), np.float32), rtol=1e-6)
+    import ml_dtypes
+
+    rounded = (np.asarray(x) @ numpy_helper.to_array(w)).astype(ml_dtypes.bfloat16).astype(np.float32)
+    np.testing.assert_array_equal(y.numpy(), rounded)
