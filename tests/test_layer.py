@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from singa_lite import ShapeError, StateMismatchError, autograd, layer, tensor
+from singa_lite import ArgumentError, ShapeError, StateMismatchError, autograd, layer, tensor
 from singa_lite.layer import Layer
 
 rng = np.random.default_rng(0)
@@ -390,3 +390,48 @@ def test_initialize_may_call_forward_and_custom_layers_take_plain_values():
     p = Probe()
     assert p(_x23()).shape == (2, 3) and p.out_shape == (2, 3)
     assert Scale()(2.0, _x23()).shape == (2, 3)
+
+
+def test_closure_adoption_survives_deletes_and_refused_assignments():
+    class Two(Layer):
+        def __init__(self):
+            super().__init__()
+            fc = layer.Linear(2)
+            self.f = lambda t: fc(t)
+            self.g = lambda t: fc(t) + 1  # a second closure over the same layer
+
+        def forward(self, x):
+            return self.g(x)
+
+    t = Two()
+    t(_x23())
+    del t.f  # g still uses the layer: it is still registered (under g now)
+    assert sorted(t.get_params()) == ["g.fc.W", "g.fc.b"]
+
+    class Moved(Layer):
+        def __init__(self):
+            super().__init__()
+            fc = layer.Linear(2)
+            self.a = fc
+            del self.a  # no longer an attribute: a closure may adopt it
+            self.f = lambda t: fc(t)
+
+        def forward(self, x):
+            return self.f(x)
+
+    m = Moved()
+    m(_x23())
+    assert sorted(m.get_params()) == ["f.fc.W", "f.fc.b"]
+
+    inner, leaf = layer.Linear(2), layer.Linear(2)
+
+    class Holder(Layer):
+        def __init__(self):
+            super().__init__()
+            self.f = lambda t: inner(t)
+
+    h = Holder()
+    inner.w = leaf
+    with pytest.raises(ArgumentError, match="cannot contain itself"):
+        leaf.y = inner  # a cycle: refused, and nothing changed
+    assert [name for name, _ in h.named_layers()] == ["f.inner", "f.inner.w"]

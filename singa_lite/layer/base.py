@@ -80,16 +80,22 @@ class Layer:
         object.__delattr__(self, name)
 
     def _attach(self, name: str, lyr: Layer) -> None:
-        # An attribute outranks a closure: a layer adopted from one (below) moves here, and
-        # this layer leaves a closure of the layer now becoming its child.
+        # An attribute outranks a closure. If ``lyr`` holds this layer only through a closure
+        # adoption (below) on the way down, that adoption gives way; any other containment
+        # would be a cycle, refused before anything changes. Then a ``lyr`` adopted from a
+        # closure elsewhere moves here.
+        node: Layer | None = self
+        while node is not None:
+            adopter = getattr(node, "_adopter", None)
+            if adopter is not None and (adopter is lyr or lyr._contains(adopter)):
+                adopter._release(node)
+                break
+            node = node._parent
+        if lyr is self or lyr._contains(self):
+            raise ArgumentError(f"{type(self).__name__}.{name}: a layer cannot contain itself")
         previous = getattr(lyr, "_adopter", None)
         if previous is not None:
             previous._release(lyr)
-        adopter = getattr(self, "_adopter", None)
-        if adopter is not None and (adopter is lyr or lyr._contains(adopter)):
-            adopter._release(self)
-        if lyr is self or lyr._contains(self):
-            raise ArgumentError(f"{type(self).__name__}.{name}: a layer cannot contain itself")
         self._layers[name] = lyr
         object.__setattr__(lyr, "_parent", self)
         object.__setattr__(lyr, "name", name)
@@ -115,10 +121,18 @@ class Layer:
         object.__setattr__(lyr, "_adopter", None)
 
     def _unregister(self, name: str) -> None:
-        for registry in (self._layers, self._params, self._states):
+        old = self._layers.pop(name, None)
+        for registry in (self._params, self._states):
             registry.pop(name, None)
-        for key in [k for k in self._layers if k.startswith(name + self.sep)]:
+        if old is not None and old._parent is self and all(v is not old for v in self._layers.values()):
+            object.__setattr__(old, "_parent", None)  # free to be adopted or attached again
+        adopted = [k for k in self._layers if k.startswith(name + self.sep)]
+        for key in adopted:
             self._release(self._layers[key])  # layers adopted from a function's closure (below)
+        if adopted:  # another function attribute may close over the released layers too
+            for attr, value in list(self.__dict__.items()):
+                if attr != name and isinstance(value, types.FunctionType) and value.__closure__:
+                    self._adopt_closure(attr, value)
 
     def _adopt_closure(self, name: str, fn: types.FunctionType) -> None:
         """Register the unowned layers a function attribute closes over as ``name.<variable>``.

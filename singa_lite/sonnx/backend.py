@@ -347,9 +347,13 @@ class Program:
         return {name: self._as_tensor(v, name, check) for name, v in items.items()}
 
     def _as_tensor(self, v: Any, name: str, check: bool = True) -> Tensor:
-        dtype, dims = self.input_specs.get(name, (None, None)) if check else (None, None)
+        dtype, dims = self.input_specs.get(name, (None, None))
         if not hasattr(v, "dtype"):  # a list or a Python number: read it as the declared type
             v = np.asarray(v, dtype=dtype)
+        if not check:  # SONNXModel: arrays of another float type are read as the declared one
+            if dtype is not None and not isinstance(v, Tensor) and v.dtype.kind == dtype.kind == "f":
+                v = v.astype(dtype, copy=False)
+            dtype = dims = None
         # A Tensor holds a narrow or exotic declared type widened (storage_dtype).
         want = storage_dtype(dtype) if dtype is not None and isinstance(v, Tensor) else dtype
         if want is not None and np.dtype(v.dtype) != want:

@@ -231,12 +231,15 @@ def TopK(n: Node, x: Tensor, k: Tensor) -> tuple[Tensor, Tensor]:
     xp = x.device.xp
     axis = n.attr("axis", -1)
     data = x.data
-    if n.attr("largest", 1):
+    if not n.attr("largest", 1):
+        order = xp.argsort(data, axis=axis, kind="stable")  # ascending, NaN last
+    elif data.dtype.kind != "f":
         # A stable ascending sort of an order-reversing key: descending, ties by lower index.
-        # ``~`` reverses the order of integers (and bools) without the overflow of ``-INT_MIN``;
-        # NaN counts as the largest value, as in onnxruntime and onnx's reference.
-        data = xp.where(xp.isnan(data), -xp.inf, -data) if data.dtype.kind == "f" else ~data
-    order = xp.argsort(data, axis=axis, kind="stable")
+        # ``~`` reverses the order of integers (and bools) without the overflow of ``-INT_MIN``.
+        order = xp.argsort(~data, axis=axis, kind="stable")
+    else:  # descending, NaN above everything (as onnxruntime), ties by lower index
+        nan = xp.isnan(data)
+        order = xp.lexsort((xp.where(nan, 0, -data), ~nan), axis=axis)
     idx = xp.take(order, xp.arange(int(n.scalar(k))), axis=axis).astype(np.int64)
     indices = wrap(idx, x)
     return ops.gather_elements(x, indices, axis), indices

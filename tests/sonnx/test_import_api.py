@@ -292,3 +292,12 @@ def test_a_bfloat16_cast_passes_the_gradient_straight_through() -> None:
 
     rounded = (np.asarray(x) @ numpy_helper.to_array(w)).astype(ml_dtypes.bfloat16).astype(np.float32)
     np.testing.assert_array_equal(y.numpy(), rounded)
+
+
+def test_topk_ranks_nan_above_inf_like_onnxruntime() -> None:
+    node = helper.make_node("TopK", ["x", "k"], ["v", "i"])
+    k = numpy_helper.from_array(np.array([6], np.int64), "k")
+    model = _model([node], [_info("x", [6])], [_info("v", [6]), _info("i", [6], TensorProto.INT64)], [k])
+    x = np.array([np.inf, np.nan, 1, -np.inf, np.nan, np.inf], np.float32)
+    _, idx = prepare(model).run([x])
+    assert idx.numpy().tolist() == [1, 4, 0, 5, 2, 3]  # onnxruntime's order

@@ -172,3 +172,20 @@ def test_sonnxmodel_runs_other_batch_sizes_and_widened_inputs() -> None:
     np.testing.assert_array_equal(y.numpy(), np.full((8, 2), 4.0, np.float32))
     with pytest.raises(ShapeError, match="declared with shape"):
         sonnx.prepare(model).run([np.ones((8, 4), np.uint8)])
+
+
+def test_sonnxmodel_reads_lists_and_other_floats_as_the_declared_type() -> None:
+    from onnx import TensorProto, helper, numpy_helper
+
+    w = numpy_helper.from_array(np.ones((3, 2), np.float32), "w")
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["y"])],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 2])],
+        [w],
+    )
+    m = sonnx.SONNXModel(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
+    m.eval()
+    assert m.forward([[1.0, 2.0, 3.0]])[0].dtype == np.float32
+    assert m.forward(np.ones((4, 3)))[0].dtype == np.float32  # float64 data, float32 model
