@@ -46,6 +46,11 @@ __all__ = [
 def _sigmoid_(xp: Any, a: Any) -> None:
     """In-place logistic function, in its tanh form: no overflow warnings for large |a|."""
     a *= 0.5
+    _half_sigmoid_(xp, a)
+
+
+def _half_sigmoid_(xp: Any, a: Any) -> None:
+    """In place, the logistic function of ``2*a``: for pre-activations stored halved."""
     xp.tanh(a, out=a)
     a += 1
     a *= 0.5
@@ -97,7 +102,7 @@ class _Sequence(Operator, ABC):
         need_x, need_states, (need_wx, need_wh, need_bx, need_bh) = (
             self.needs_grad[0],
             self.needs_grad[1 : 1 + k],
-            self.needs_grad[1 + k :],
+            self.needs_grad[1 + k : 5 + k],
         )
         dx = None
         if need_x:
@@ -188,10 +193,40 @@ class RNNSequence(_Sequence):
 
 
 class LSTMSequence(_Sequence):
-    """LSTM over a sequence, gates i, f, o, g: ``c = f*c + i*g``, ``h = o*tanh(c)``."""
+    """LSTM over a sequence, gates i, f, o, g: ``c = f*c + i*g``, ``h = o*tanh(c)``.
+
+    An optional last input ``P`` (3H,) holds peephole weights in the order i, f, o (ONNX's
+    LSTM ``P``): ``i`` and ``f`` add ``P_i*c[t-1]`` and ``P_f*c[t-1]`` to their
+    pre-activations, ``o`` adds ``P_o*c[t]`` (the new cell state). Without ``P`` the op runs
+    the plain recurrence, untouched.
+    """
 
     gates = 4
     state_names = ("h0", "c0")
+    P: Any = None  # peephole weights of the last forward, or None
+
+    def forward(self, x: Any, *args: Any) -> tuple:
+        k = len(self.state_names) + 4
+        if len(args) not in (k, k + 1):
+            raise self.error(f"expects {k + 1} or {k + 2} inputs, got {len(args) + 1}", x, *args)
+        self.P = args[k] if len(args) > k else None
+        return super().forward(x, *args[:k])
+
+    def backward(self, dy: Any, *dfinal: Any) -> tuple:
+        grads = super().backward(dy, *dfinal)
+        if self.P is None:
+            return grads
+        return (*grads, self._grad_P() if self.needs_grad[-1] else None)
+
+    def _check(self, x: Any, states: tuple, Wx: Any, Wh: Any, Bx: Any, Bh: Any) -> None:
+        super()._check(x, states, Wx, Wh, Bx, Bh)
+        P = self.P
+        if P is None:
+            return
+        if P.dtype != x.dtype:
+            raise DTypeError(f"{self.name}: P must have the dtype of x ({x.dtype}), got {P.dtype}")
+        if P.shape != (3 * Wh.shape[0],):
+            raise self.error(f"P must have shape {(3 * Wh.shape[0],)}, got {P.shape}", x, Wh, P)
 
     def _steps(self, xw: Any, states: tuple, Wh: Any, Bh: Any) -> tuple:
         xp = self.xp
@@ -208,21 +243,50 @@ class LSTMSequence(_Sequence):
         cs = xp.empty_like(hs)
         tcs = xp.empty_like(hs[1:])  # tanh(c[t]), reused by backward
         hs[0], cs[0] = states
-        for t in range(T):
-            a = xw[t]  # pre-activations, turned into activations in place
-            a += hs[t] @ Wh_half
-            xp.tanh(a, out=a)
-            sig = a[:, : 3 * H]
-            sig += 1
-            sig *= 0.5
-            i, f, o, g = a[:, :H], a[:, H : 2 * H], a[:, 2 * H : 3 * H], a[:, 3 * H :]
-            c = cs[t + 1]
-            xp.multiply(f, cs[t], out=c)
-            c += i * g
-            xp.tanh(c, out=tcs[t])
-            xp.multiply(o, tcs[t], out=hs[t + 1])
+        if self.P is not None:
+            self._peephole_steps(xw, Wh_half, hs, cs, tcs)
+        else:
+            for t in range(T):
+                a = xw[t]  # pre-activations, turned into activations in place
+                a += hs[t] @ Wh_half
+                xp.tanh(a, out=a)
+                sig = a[:, : 3 * H]
+                sig += 1
+                sig *= 0.5
+                i, f, o, g = a[:, :H], a[:, H : 2 * H], a[:, 2 * H : 3 * H], a[:, 3 * H :]
+                c = cs[t + 1]
+                xp.multiply(f, cs[t], out=c)
+                c += i * g
+                xp.tanh(c, out=tcs[t])
+                xp.multiply(o, tcs[t], out=hs[t + 1])
         self.acts, self.hs, self.cs, self.tcs = xw, hs, cs, tcs
         return hs[1:], hs[T].copy(), cs[T].copy()
+
+    def _peephole_steps(self, xw: Any, Wh_half: Any, hs: Any, cs: Any, tcs: Any) -> None:
+        """The recurrence with peepholes, on the halved pre-activations of ``_steps``.
+
+        ``o`` sees the new cell state, so its activation waits until ``c[t]`` is known: the
+        tanh runs on i, f and g first, then on o.
+        """
+        xp = self.xp
+        H = hs.shape[-1]
+        ph = self.P * 0.5  # halved like the pre-activations it adds to
+        p_i, p_f, p_o = ph[:H], ph[H : 2 * H], ph[2 * H :]
+        for t in range(xw.shape[0]):
+            a = xw[t]
+            a += hs[t] @ Wh_half
+            a[:, :H] += p_i * cs[t]
+            a[:, H : 2 * H] += p_f * cs[t]
+            i_f, o, g = a[:, : 2 * H], a[:, 2 * H : 3 * H], a[:, 3 * H :]
+            _half_sigmoid_(xp, i_f)
+            xp.tanh(g, out=g)
+            c = cs[t + 1]
+            xp.multiply(a[:, H : 2 * H], cs[t], out=c)
+            c += a[:, :H] * g
+            o += p_o * c
+            _half_sigmoid_(xp, o)
+            xp.tanh(c, out=tcs[t])
+            xp.multiply(o, tcs[t], out=hs[t + 1])
 
     def _back_steps(self, dy: Any, dfinal: tuple) -> tuple:
         xp, acts, cs, tcs = self.xp, self.acts, self.cs, self.tcs
@@ -236,9 +300,12 @@ class LSTMSequence(_Sequence):
         xp.multiply(g, g, out=da[..., 3 * H :])
         xp.subtract(1, da[..., 3 * H :], out=da[..., 3 * H :])
         o_dtanh = acts[..., 2 * H : 3 * H] * (1 - tcs * tcs)
-        dact = xp.empty((N, G), dtype=acts.dtype)  # gradients w.r.t. the gate activations
         WhT = self._transposed(self.Wh)
         dh, dc = dfinal
+        if self.P is not None:
+            dh, dc = self._peephole_back_steps(dy, dh, dc, da, o_dtanh, WhT)
+            return da, da, (dh, dc)
+        dact = xp.empty((N, G), dtype=acts.dtype)  # gradients w.r.t. the gate activations
         for t in reversed(range(T)):
             if dy is not None:
                 dh = dh + dy[t]
@@ -252,6 +319,40 @@ class LSTMSequence(_Sequence):
             dc = dc * a[:, H : 2 * H]
             dh = d @ WhT
         return da, da, (dh, dc)
+
+    def _peephole_back_steps(self, dy: Any, dh: Any, dc: Any, da: Any, o_dtanh: Any, WhT: Any) -> tuple:
+        """``_back_steps``' loop with peepholes; turns ``da`` into the pre-activation gradients
+        and returns the gradients of ``h0`` and ``c0``.
+
+        Two extra paths reach the cell state: ``c[t]`` feeds o's pre-activation (so o's
+        gradient joins ``dc`` before i, f and g use it), and ``c[t-1]`` feeds i's and f's.
+        """
+        acts, cs, tcs, P = self.acts, self.cs, self.tcs, self.P
+        H = cs.shape[-1]
+        p_i, p_f, p_o = P[:H], P[H : 2 * H], P[2 * H :]
+        for t in reversed(range(acts.shape[0])):
+            if dy is not None:
+                dh = dh + dy[t]
+            a, d = acts[t], da[t]
+            d_o = d[:, 2 * H : 3 * H]
+            d_o *= dh * tcs[t]
+            dc = dc + dh * o_dtanh[t] + d_o * p_o
+            d[:, :H] *= dc * a[:, 3 * H :]  # i
+            d[:, H : 2 * H] *= dc * cs[t]  # f
+            d[:, 3 * H :] *= dc * a[:, :H]  # g
+            dc = dc * a[:, H : 2 * H] + d[:, :H] * p_i + d[:, H : 2 * H] * p_f
+            dh = d @ WhT
+        self.dz = da
+        return dh, dc
+
+    def _grad_P(self) -> Any:  # noqa: N802
+        """``dP``: each gate's pre-activation gradient times the cell state its peephole saw,
+        summed over steps and batch (i, f saw ``c[t-1]``, o saw ``c[t]``)."""
+        dz, cs = self.dz, self.cs
+        H = cs.shape[-1]
+        d_if = dz[..., : 2 * H].reshape(*dz.shape[:2], 2, H) * cs[:-1, :, None, :]
+        d_o = dz[..., 2 * H : 3 * H] * cs[1:]
+        return self.xp.concatenate([d_if.sum(axis=(0, 1)).reshape(-1), d_o.sum(axis=(0, 1))])
 
 
 class GRUSequence(_Sequence):
@@ -391,10 +492,19 @@ def rnn_cell(
 
 
 def lstm_cell(
-    x: Tensor, h: Tensor, c: Tensor, Wx: Tensor, Wh: Tensor, Bx: Tensor, Bh: Tensor
+    x: Tensor,
+    h: Tensor,
+    c: Tensor,
+    Wx: Tensor,
+    Wh: Tensor,
+    Bx: Tensor,
+    Bh: Tensor,
+    P: Tensor | None = None,
 ) -> tuple[Tensor, Tensor]:
-    """One LSTM step; returns ``(h_new, c_new)``. Gates i, f, o, g side by side in the weights."""
-    h_new, c_new = LSTMCell()(x, h, c, Wx, Wh, Bx, Bh)
+    """One LSTM step; returns ``(h_new, c_new)``. Gates i, f, o, g side by side in the weights;
+    ``P`` (3H,): optional peephole weights, gates i, f, o (see :class:`LSTMSequence`)."""
+    peephole = () if P is None else (P,)
+    h_new, c_new = LSTMCell()(x, h, c, Wx, Wh, Bx, Bh, *peephole)
     return h_new, c_new
 
 
@@ -435,8 +545,12 @@ def lstm(
     Bx: Tensor,
     Bh: Tensor,
     reverse: bool = False,
+    P: Tensor | None = None,
 ) -> tuple[Tensor, Tensor, Tensor]:
     """LSTM over ``x`` (T, N, I); returns ``(y, hT, cT)`` with ``y`` (T, N, H).
+
+    ``P`` (3H,): optional peephole weights, gates i, f, o (ONNX's ``P`` in singa_lite's gate
+    order); it gets a gradient like the other weights.
 
     >>> import numpy as np
     >>> from singa_lite import tensor
@@ -445,7 +559,8 @@ def lstm(
     >>> y.shape, h.shape
     ((5, 2, 4), (2, 4))
     """
-    y, hT, cT = LSTMSequence(reverse)(x, h0, c0, Wx, Wh, Bx, Bh)
+    peephole = () if P is None else (P,)
+    y, hT, cT = LSTMSequence(reverse)(x, h0, c0, Wx, Wh, Bx, Bh, *peephole)
     return y, hT, cT
 
 

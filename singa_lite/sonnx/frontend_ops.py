@@ -635,11 +635,12 @@ def _resize(g: GraphBuilder, op: Any, xs: list[Value], ys: list[Value]) -> None:
 # -- recurrent -----------------------------------------------------------------------------------
 # ONNX's gate order as indices into SINGA's: LSTM i, o, f, c from i, f, o, g; GRU z, r, h is z, r, n.
 _GATE_ORDER = {"LSTM": (0, 2, 1, 3), "GRU": (0, 1, 2), "RNN": (0,)}
+_PEEPHOLE_ORDER = (0, 2, 1)  # LSTM's P: ONNX i, o, f from singa_lite's i, f, o
 
 
-def _onnx_weight(g: GraphBuilder, w: Value, kind: str, hidden: int) -> str:
-    """SINGA's ``(in, k*H)`` (or bias ``(k*H,)``) as ONNX's ``[1, k*H, in]`` (or ``[1, k*H]``)."""
-    order = _GATE_ORDER[kind]
+def _onnx_weight(g: GraphBuilder, w: Value, order: tuple[int, ...], hidden: int) -> str:
+    """SINGA's ``(in, k*H)`` (or bias ``(k*H,)``) as ONNX's ``[1, k*H, in]`` (or ``[1, k*H]``),
+    its ``k`` gate blocks taken in ``order``."""
     name = w.name
     if order != tuple(range(len(order))):
         idx = np.concatenate([np.arange(i * hidden, (i + 1) * hidden) for i in order]).astype(np.int64)
@@ -652,13 +653,15 @@ def _onnx_weight(g: GraphBuilder, w: Value, kind: str, hidden: int) -> str:
 def _recurrent(kind: str, cell: bool) -> Converter:
     def convert(g: GraphBuilder, op: Any, xs: list[Value], ys: list[Value]) -> None:
         n_states = len(op.state_names)
-        x, states, (Wx, Wh, Bx, Bh) = xs[0], xs[1 : 1 + n_states], xs[1 + n_states :]
-        hidden = Wh.shape[0]
-        W, R = _onnx_weight(g, Wx, kind, hidden), _onnx_weight(g, Wh, kind, hidden)
-        B = g.one("Concat", [_onnx_weight(g, Bx, kind, hidden), _onnx_weight(g, Bh, kind, hidden)], axis=1)
+        x, states, (Wx, Wh, Bx, Bh, *peephole) = xs[0], xs[1 : 1 + n_states], xs[1 + n_states :]
+        hidden, order = Wh.shape[0], _GATE_ORDER[kind]
+        W, R = _onnx_weight(g, Wx, order, hidden), _onnx_weight(g, Wh, order, hidden)
+        B = g.one("Concat", [_onnx_weight(g, Bx, order, hidden), _onnx_weight(g, Bh, order, hidden)], axis=1)
         xin = g.unsqueeze(x.name, [0]) if cell else x.name
         init = [g.unsqueeze(s.name, [0]) for s in states]
         ins = [xin, W, R, B, "", *init]  # "": no sequence_lens
+        if peephole:  # LSTM's P, the input after the initial states
+            ins.append(_onnx_weight(g, peephole[0], _PEEPHOLE_ORDER, hidden))
         attrs: dict[str, Any] = {"hidden_size": hidden, "direction": "reverse" if op.reverse else None}
         if kind == "RNN":
             attrs["activations"] = ["Tanh" if op.nonlinearity == "tanh" else "Relu"]

@@ -323,13 +323,23 @@ def Upsample(n: Node, x: Tensor, scales: Tensor | None = None) -> Tensor:
 # Positions of ONNX's gate blocks in singa_lite's order: LSTM ONNX (i, o, f, c) -> (i, f, o, g);
 # GRU (z, r, h) and RNN already agree.
 _GATE_ORDER = {"LSTM": [0, 2, 1, 3], "GRU": [0, 1, 2], "RNN": [0]}
+# LSTM's peephole weights P: ONNX (i, o, f) -> singa_lite (i, f, o).
+_PEEPHOLE_ORDER = [0, 2, 1]
 
 
 def _recurrent(
-    n: Node, x: Tensor, W: Tensor, R: Tensor, B: Tensor | None, seq_lens: Tensor | None, states: list
+    n: Node,
+    x: Tensor,
+    W: Tensor,
+    R: Tensor,
+    B: Tensor | None,
+    seq_lens: Tensor | None,
+    states: list,
+    P: Tensor | None = None,
 ) -> tuple:
     """Shared by LSTM, GRU and RNN: run each direction with singa_lite's sequence op and stack
-    the results into ONNX's ``Y (T, dirs, N, H)`` and ``Y_h (dirs, N, H)`` (and ``Y_c``)."""
+    the results into ONNX's ``Y (T, dirs, N, H)`` and ``Y_h (dirs, N, H)`` (and ``Y_c``).
+    ``P``: LSTM's peephole weights ``(dirs, 3H)``, gates i, o, f."""
     H = n.attr("hidden_size", R.shape[-1])
     direction = n.attr("direction", "forward")
     dirs = 2 if direction == "bidirectional" else 1
@@ -363,7 +373,8 @@ def _recurrent(
         ]
         reverse = direction == "reverse" or d == 1
         if n.op == "LSTM":
-            y, *last = ops.lstm(x, init[0], init[1], Wx, Wh, Bx, Bh, reverse=reverse)
+            Pd = None if P is None else _gate_vector(ops.getitem(P, d), _PEEPHOLE_ORDER, H)
+            y, *last = ops.lstm(x, init[0], init[1], Wx, Wh, Bx, Bh, reverse=reverse, P=Pd)
         elif n.op == "GRU":
             y, *last = ops.gru(x, init[0], Wx, Wh, Bx, Bh, bool(n.attr("linear_before_reset", 0)), reverse)
         else:
@@ -413,10 +424,9 @@ def LSTM(
     initial_c: Tensor | None = None,
     P: Tensor | None = None,
 ) -> tuple:
-    """LSTM with outputs ``Y, Y_h, Y_c``; forward, reverse or bidirectional; ``layout`` 0 or 1."""
-    if P is not None and np.any(np.asarray(P)):
-        raise n.fail("peephole weights P are not supported")
-    return _recurrent(n, X, W, R, B, sequence_lens, [initial_h, initial_c])
+    """LSTM with outputs ``Y, Y_h, Y_c``; forward, reverse or bidirectional; ``layout`` 0 or 1;
+    peephole weights ``P`` optional."""
+    return _recurrent(n, X, W, R, B, sequence_lens, [initial_h, initial_c], P)
 
 
 def GRU(

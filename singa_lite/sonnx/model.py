@@ -44,7 +44,7 @@ PARAM_INPUTS: dict[str, tuple[int, ...]] = {
     "InstanceNormalization": (1, 2),
     "PRelu": (1,),
     "Gather": (0,),  # embedding tables (float data only)
-    "LSTM": (1, 2, 3),
+    "LSTM": (1, 2, 3, 7),  # W, R, B and the peepholes P
     "GRU": (1, 2, 3),
     "RNN": (1, 2, 3),
 }

@@ -406,6 +406,8 @@ def _rnn_cases():
         for k in (1, 3, 4)
     }
 
+    peep = f32(3 * H)  # i, f, o blocks of different values: a gate-order slip shows
+
     def p(k):
         return [_t(a) for a in w[k]]
 
@@ -425,6 +427,15 @@ def _rnn_cases():
                 *ops.lstm(x, h, c, *p(4)),
                 *ops.lstm(x, h, c, *p(4), reverse=True),
                 *ops.lstm_cell(x[1], h, c, *p(4)),
+            ],
+            [x, h0, c0],
+        ),
+        (
+            "lstm_peephole",
+            lambda x, h, c: [
+                *ops.lstm(x, h, c, *p(4), P=_t(peep)),
+                *ops.lstm(x, h, c, *p(4), reverse=True, P=_t(peep)),
+                *ops.lstm_cell(x[1], h, c, *p(4), P=_t(peep)),
             ],
             [x, h0, c0],
         ),
