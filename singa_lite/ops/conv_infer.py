@@ -143,18 +143,27 @@ def _kn2row_into(xp: Any, img: Any, W: Any, dilation: tuple, out: Any) -> None:
     """``out (O, Ho, Wo)`` = stride-1 conv of padded ``img (C, Hp, Wp)``, without im2col.
 
     One GEMM ``(kh*kw*O, C) @ (C, Hp*Wp)`` gives every tap's contribution at every padded
-    pixel; the output is then the sum over taps of shifted ``(O, Ho, Wo)`` windows of it.
+    pixel; the output is then the sum over taps of shifted windows of it. The sum runs on
+    each tap's plane flattened: output pixel ``(o, r, c)`` at flat ``p = (o*Hp + r)*Wp + c``
+    reads tap ``(i, j)`` at ``p + i*dh*Wp + j*dw``, so each tap is one shifted contiguous
+    vector and the shifts that cross a row or plane end land only on padding cells, which
+    are dropped when the result is copied out. NumPy runs a 1-D add 3-4x faster than the
+    same add over ``(O, Ho, Wo)`` windows, whose short rows it iterates one by one.
     """
     O, C, kh, kw = W.shape
     (dh, dw), (_, Ho, Wo), (_, Hp, Wp) = dilation, out.shape, img.shape
     Wt = W.transpose(2, 3, 0, 1).reshape(kh * kw * O, C)  # taps major: a copy of the weight only
-    Z = xp.matmul(Wt, img.reshape(C, Hp * Wp)).reshape(kh * kw, O, Hp, Wp)
-    shifted = [
-        Z[i * kw + j, :, i * dh : i * dh + Ho, j * dw : j * dw + Wo] for i in range(kh) for j in range(kw)
-    ]
-    xp.add(shifted[0], shifted[1], out=out)
-    for tap in shifted[2:]:
-        out += tap
+    Z = xp.matmul(Wt, img.reshape(C, Hp * Wp)).reshape(kh * kw, O * Hp * Wp)
+    offsets = [i * dh * Wp + j * dw for i in range(kh) for j in range(kw)]
+    # The last output pixel is at flat O*Hp*Wp - 1 - offsets[-1]: the first n cells hold every
+    # output pixel, and the cells after them (never written) are padding the copy skips.
+    n = O * Hp * Wp - offsets[-1]
+    grid = xp.empty(O * Hp * Wp, dtype=Z.dtype)
+    acc = grid[:n]
+    xp.add(Z[0, offsets[0] : offsets[0] + n], Z[1, offsets[1] : offsets[1] + n], out=acc)
+    for t in range(2, kh * kw):
+        acc += Z[t, offsets[t] : offsets[t] + n]
+    out[...] = grid.reshape(O, Hp, Wp)[:, :Ho, :Wo]
 
 
 def _gemm_into(xp: Any, a: Any, b: Any, out: Any) -> None:
