@@ -339,7 +339,8 @@ def _recurrent(
 ) -> tuple:
     """Shared by LSTM, GRU and RNN: run each direction with singa_lite's sequence op and stack
     the results into ONNX's ``Y (T, dirs, N, H)`` and ``Y_h (dirs, N, H)`` (and ``Y_c``).
-    ``P``: LSTM's peephole weights ``(dirs, 3H)``, gates i, o, f."""
+    ``P``: LSTM's peephole weights ``(dirs, 3H)``, gates i, o, f. ``seq_lens`` shorter than
+    the sequence run through :class:`_LengthBatches`."""
     H = n.attr("hidden_size", R.shape[-1])
     direction = n.attr("direction", "forward")
     dirs = 2 if direction == "bidirectional" else 1
@@ -352,8 +353,7 @@ def _recurrent(
         x = ops.transpose(x, (1, 0, 2))
         states = [None if s is None else ops.transpose(s, (1, 0, 2)) for s in states]
     T, N, _ = x.shape
-    if seq_lens is not None and any(v != T for v in n.ints(seq_lens)):
-        raise n.fail("sequence_lens shorter than the sequence are not supported")
+    batches = _LengthBatches.of(n, seq_lens, T, N)
     order = _GATE_ORDER[n.op]
     k = len(order)
     ys, finals = [], []
@@ -371,15 +371,10 @@ def _recurrent(
             wrap(x.device.xp.zeros((N, H), dtype=x.dtype), x) if s is None else ops.getitem(s, d)
             for s in states
         ]
+        Pd = None if P is None else _gate_vector(ops.getitem(P, d), _PEEPHOLE_ORDER, H)
+        cell = _DirectionRun(n, Wx, Wh, Bx, Bh, Pd)
         reverse = direction == "reverse" or d == 1
-        if n.op == "LSTM":
-            Pd = None if P is None else _gate_vector(ops.getitem(P, d), _PEEPHOLE_ORDER, H)
-            y, *last = ops.lstm(x, init[0], init[1], Wx, Wh, Bx, Bh, reverse=reverse, P=Pd)
-        elif n.op == "GRU":
-            y, *last = ops.gru(x, init[0], Wx, Wh, Bx, Bh, bool(n.attr("linear_before_reset", 0)), reverse)
-        else:
-            act = (n.attr("activations") or ["Tanh"])[0].lower()
-            y, *last = ops.rnn(x, init[0], Wx, Wh, Bx, Bh, act, reverse)
+        y, *last = cell(x, init, reverse) if batches is None else batches.run(cell, x, init, reverse)
         ys.append(ops.unsqueeze(y, 1))
         finals.append([ops.unsqueeze(s, 0) for s in last])
     Y = ys[0] if dirs == 1 else ops.cat(ys, 1)
@@ -387,6 +382,100 @@ def _recurrent(
     if batch_first:
         outs = [ops.transpose(outs[0], (2, 0, 1, 3))] + [ops.transpose(s, (1, 0, 2)) for s in outs[1:]]
     return tuple(outs[: n.n_outputs])
+
+
+class _DirectionRun:
+    """One direction's weights in singa_lite's layout: called on ``x (T, N, I)`` and the
+    initial states, runs the node's fused sequence op and returns ``(y, *final_states)``."""
+
+    def __init__(self, n: Node, Wx: Tensor, Wh: Tensor, Bx: Tensor, Bh: Tensor, P: Tensor | None) -> None:
+        self.n, self.P = n, P
+        self.weights = (Wx, Wh, Bx, Bh)
+
+    def __call__(self, x: Tensor, init: list, reverse: bool) -> tuple:
+        n = self.n
+        if n.op == "LSTM":
+            return ops.lstm(x, init[0], init[1], *self.weights, reverse=reverse, P=self.P)
+        if n.op == "GRU":
+            return ops.gru(x, init[0], *self.weights, bool(n.attr("linear_before_reset", 0)), reverse)
+        act = (n.attr("activations") or ["Tanh"])[0].lower()
+        return ops.rnn(x, init[0], *self.weights, act, reverse)
+
+
+class _LengthBatches:
+    """ONNX ``sequence_lens`` shorter than the sequence, the way onnxruntime runs them.
+
+    Item ``b`` of length ``L`` runs steps ``0..L-1`` only (the reverse direction from its own
+    step ``L-1`` down to 0); ``Y`` is zero at the steps past its end, ``Y_h``/``Y_c`` are its
+    states after its last step, and an item of length 0 has zero states. The items are sorted
+    longest first, so that those still running at any step are a prefix of the batch, and the
+    recurrence runs one fused sequence op per stretch of steps between two distinct lengths
+    (PyTorch's packed sequences): at most ``T`` steps in all, and the hand-written backward of
+    the sequence ops. The reverse direction first reverses each item within its own length,
+    after which it is the forward problem; the outputs are reversed back the same way.
+    Everything around the sequence ops is indexing, padding and concatenation, so gradients
+    reach the weights and the initial states.
+    """
+
+    def __init__(self, lens: np.ndarray, T: int) -> None:
+        self.T = T
+        self.order = np.argsort(-lens, kind="stable")  # longest first
+        self.inverse = np.argsort(self.order)
+        self.lens = lens[self.order]
+
+    @staticmethod
+    def of(n: Node, seq_lens: Tensor | None, T: int, N: int) -> _LengthBatches | None:
+        """The batches of a node's ``sequence_lens``; ``None`` where every item runs all ``T``
+        steps (the plain sequence op then runs the whole batch)."""
+        if seq_lens is None:
+            return None
+        lens = np.asarray(n.ints(seq_lens), dtype=np.int64)
+        if lens.shape != (N,):
+            raise n.fail(f"sequence_lens must have shape ({N},) (the batch), got {tuple(seq_lens.shape)}")
+        if ((lens < 0) | (lens > T)).any():
+            raise n.fail(f"sequence_lens must lie in [0, {T}] (the sequence length), got {lens.tolist()}")
+        return None if (lens == T).all() else _LengthBatches(lens, T)
+
+    def run(self, cell: _DirectionRun, x: Tensor, init: list, reverse: bool) -> tuple:
+        """``cell`` over the valid steps of every item: ``(Y, *final_states)`` as the plain
+        sequence op would return them, in the original batch order."""
+        T, N, H = self.T, len(self.lens), init[0].shape[1]
+        steps = self._steps(reverse)
+        xs = ops.getitem(x, (steps, self.order[None, :]))  # sorted, each item reversed if asked
+        states = [ops.gather(s, 0, self.order) for s in init]
+        ys: list[Tensor] = []  # the outputs of each stretch of steps
+        done: list[list[Tensor]] = [[] for _ in init]  # the final states of finished items
+        start = 0
+        for end in np.unique(self.lens[self.lens > 0]):
+            running = int((self.lens >= end).sum())
+            if running < states[0].shape[0]:  # drop the items that ended at `start`
+                states = [ops.getitem(s, slice(0, running)) for s in states]
+            y, *states = cell(ops.getitem(xs, (slice(start, int(end)), slice(0, running))), states, False)
+            ys.append(ops.pad(y, pads=[0, 0, 0, 0, N - running, 0]))
+            finished = int((self.lens == end).sum())
+            for parts, s in zip(done, states):
+                parts.append(ops.getitem(s, slice(running - finished, running)))
+            start = int(end)
+        if start < T:  # the steps after the longest item's end
+            ys.append(wrap(x.device.xp.zeros((T - start, N, H), dtype=x.dtype), x))
+        y_sorted = ops.cat(ys, 0) if len(ys) > 1 else ys[0]
+        # `done` holds blocks of the sorted batch, shortest items first; the items of length 0
+        # (zero states, as in onnxruntime) come before them, since they sit last when sorted.
+        idle = N - int((self.lens > 0).sum())
+        if idle:
+            for parts in done:
+                parts.insert(0, wrap(x.device.xp.zeros((idle, H), dtype=x.dtype), x))
+        finals = [ops.gather(ops.cat(parts[::-1], 0), 0, self.inverse) for parts in done]
+        # steps is its own inverse along time, so the same index undoes the reversal.
+        y = ops.getitem(y_sorted, (steps[:, self.inverse], self.inverse[None, :]))
+        return (y, *finals)
+
+    def _steps(self, reverse: bool) -> np.ndarray:
+        """``(T, N)``: the step of the input that sorted item ``b`` reads at its step ``t``."""
+        t = np.arange(self.T)[:, None]
+        if not reverse:
+            return np.broadcast_to(t, (self.T, len(self.lens)))
+        return np.where(t < self.lens, self.lens - 1 - t, t)
 
 
 def _default_activations(n: Node, dirs: int) -> bool:
