@@ -11,6 +11,7 @@ module is ``ops.recurrent``; ``ops.resize`` lives in ``ops.interpolate``).
 from singa_lite.ops import (
     activation,
     conv,
+    conv_general,
     elementwise,
     interpolate,
     linalg,
@@ -23,6 +24,7 @@ from singa_lite.ops import (
 )
 from singa_lite.ops.activation import *  # noqa: F403
 from singa_lite.ops.conv import *  # noqa: F403
+from singa_lite.ops.conv_general import *  # noqa: F403
 from singa_lite.ops.elementwise import *  # noqa: F403
 from singa_lite.ops.interpolate import *  # noqa: F403
 from singa_lite.ops.linalg import *  # noqa: F403
@@ -40,6 +42,7 @@ _FAMILIES = (
     shape,
     linalg,
     conv,
+    conv_general,
     pool,
     normalization,
     interpolate,

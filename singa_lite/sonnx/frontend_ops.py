@@ -24,6 +24,7 @@ import numpy as np
 from singa_lite.ops import (
     activation,
     conv,
+    conv_general,
     elementwise,
     linalg,
     loss,
@@ -542,6 +543,24 @@ def _conv_transpose(g: GraphBuilder, op: Any, xs: list[Value], ys: list[Value]) 
         dilations=list(op.dilation),
         group=op.group,
         output_padding=list(op.output_padding),
+    )
+
+
+@converts(conv_general.ConvNd, conv_general.ConvTransposeNd)
+def _conv_nd(g: GraphBuilder, op: Any, xs: list[Value], ys: list[Value]) -> None:
+    attrs: dict[str, Any] = {}
+    if isinstance(op, conv_general.ConvTransposeNd):
+        attrs["output_padding"] = list(op.output_padding)
+    g.one(
+        "ConvTranspose" if attrs else "Conv",
+        [x.name for x in xs],
+        ys[0].name,
+        kernel_shape=list(xs[1].shape[2:]),
+        strides=list(op.stride),
+        pads=[b for b, _ in op.pads] + [e for _, e in op.pads],
+        dilations=list(op.dilation),
+        group=op.group,
+        **attrs,
     )
 
 

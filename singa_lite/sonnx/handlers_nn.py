@@ -48,14 +48,16 @@ def _geometry(n: Node, x: Tensor, kernel: Sequence[int]) -> tuple[list[int], lis
 
 # -- convolution ---------------------------------------------------------------------------------
 def Conv(n: Node, x: Tensor, W: Tensor, B: Tensor | None = None) -> Tensor:
-    """1-D or 2-D convolution with ``group``, ``dilations``, ``strides``, ``pads``/``auto_pad``."""
+    """Convolution over 1, 2, 3 or more spatial axes with ``group``, ``dilations``, ``strides``,
+    ``pads``/``auto_pad``."""
     kernel = list(n.attr("kernel_shape", W.shape[2:]))
     strides, dilations, pads = _geometry(n, x, kernel)
     group = n.attr("group", 1)
     if len(kernel) == 1:
         return ops.conv1d(x, W, B, strides[0], (pads[0], pads[1]), dilations[0], group)
     if len(kernel) != 2:
-        raise n.fail(f"only 1-D and 2-D convolutions are supported, got kernel {kernel}")
+        k = len(kernel)
+        return ops.conv_nd(x, W, B, tuple(strides), list(zip(pads[:k], pads[k:])), tuple(dilations), group)
     (t, b), (left, r) = onnx_pads_to_pairs(pads)
     return ops.conv2d(x, W, B, tuple(strides), (t, b, left, r), tuple(dilations), group)
 
@@ -85,54 +87,70 @@ class PackedConv:
 
 
 def ConvTranspose(n: Node, x: Tensor, W: Tensor, B: Tensor | None = None) -> Tensor:
-    """Transposed convolution (1-D or 2-D), with ``output_shape``/``output_padding``/``auto_pad``."""
-    one_d = x.ndim() == 3
-    if one_d:
-        x, W = ops.unsqueeze(x, 2), ops.unsqueeze(W, 2)
-    if x.ndim() != 4:
-        raise n.fail(f"only 1-D and 2-D transposed convolutions are supported, got input {x.shape}")
+    """Transposed convolution over 1, 2, 3 or more spatial axes, with ``output_shape``,
+    ``output_padding`` and ``auto_pad``."""
+    nk = x.ndim() - 2  # spatial axes
+    if nk < 1 or W.ndim() != x.ndim():
+        raise n.fail(
+            f"expects (N, C, spatial...) input and a weight of the same rank, got {x.shape}, {W.shape}"
+        )
     k = list(W.shape[2:])
-    nk = len(k) - one_d  # spatial axes the node describes
-
-    def lift(v: Sequence[int], fill: int) -> list[int]:
-        return [fill, *v] if one_d else list(v)
-
-    strides = lift(n.attr("strides", [1] * nk), 1)
-    dilations = lift(n.attr("dilations", [1] * nk), 1)
-    out_pad = lift(n.attr("output_padding", [0] * nk), 0)
+    strides = list(n.attr("strides", [1] * nk))
+    dilations = list(n.attr("dilations", [1] * nk))
+    out_pad = list(n.attr("output_padding", [0] * nk))
     full = [(i - 1) * s + d * (kk - 1) + 1 for i, s, d, kk in zip(x.shape[2:], strides, dilations, k)]
     auto = n.attr("auto_pad", "NOTSET")
     target = n.attr("output_shape")
     if target is not None or auto in ("SAME_UPPER", "SAME_LOWER"):
         # ONNX: total padding = full + output_padding - output_shape, split by auto_pad.
-        target = (
-            [i * s for i, s in zip(x.shape[2:], strides)] if target is None else lift(list(target)[-nk:], 1)
-        )
+        target = [i * s for i, s in zip(x.shape[2:], strides)] if target is None else list(target)[-nk:]
         total = [f + op - t for f, op, t in zip(full, out_pad, target)]
         upper = auto == "SAME_UPPER"
         begins = [t // 2 if upper else t - t // 2 for t in total]
         pads = begins + [t - b for t, b in zip(total, begins)]
     elif auto == "VALID":
-        pads = [0] * 4
+        pads = [0] * 2 * nk
     else:
-        given = n.attr("pads", [0] * 2 * nk)
-        pads = lift(given[:nk], 0) + lift(given[nk:], 0)
+        pads = list(n.attr("pads", [0] * 2 * nk))
     group = n.attr("group", 1)
-    (t, b), (left, r) = onnx_pads_to_pairs(pads)
     fits = min(pads) >= 0 and all(op < max(s, d) for op, s, d in zip(out_pad, strides, dilations))
     if fits:
-        y = ops.conv_transpose2d(
-            x, W, B, tuple(strides), (t, b, left, r), tuple(out_pad), tuple(dilations), group
-        )
-    else:
-        # Negative pads (an output_shape larger than the natural one) or a wide output_padding:
-        # take the full result and crop or zero-extend it, then add the bias everywhere.
-        y = ops.conv_transpose2d(x, W, None, tuple(strides), 0, 0, tuple(dilations), group)
-        ends = [op - e for op, e in zip(out_pad, pads[2:])]
-        y = ops.pad(y, "constant", [0, 0, -pads[0], -pads[1], 0, 0, *ends])
-        if B is not None:
-            y = ops.add(y, ops.reshape(B, (1, -1, 1, 1)))
-    return ops.squeeze(y, 2) if one_d else y
+        return _conv_transpose(x, W, B, strides, pads, out_pad, dilations, group)
+    # Negative pads (an output_shape larger than the natural one) or a wide output_padding:
+    # take the full result and crop or zero-extend it, then add the bias everywhere.
+    y = _conv_transpose(x, W, None, strides, [0] * 2 * nk, [0] * nk, dilations, group)
+    ends = [op - e for op, e in zip(out_pad, pads[nk:])]
+    y = ops.pad(y, "constant", [0, 0, *(-p for p in pads[:nk]), 0, 0, *ends])
+    if B is not None:
+        y = ops.add(y, ops.reshape(B, (1, -1, *[1] * nk)))
+    return y
+
+
+def _conv_transpose(
+    x: Tensor,
+    W: Tensor,
+    B: Tensor | None,
+    strides: list,
+    pads: list,
+    out_pad: list,
+    dilations: list,
+    group: int,
+) -> Tensor:
+    """ONNX-ordered ``pads`` (begins, then ends): the 2-D op for 1-D and 2-D, the N-D op beyond."""
+    nk = len(strides)
+    if nk > 2:
+        pairs = list(zip(pads[:nk], pads[nk:]))
+        return ops.conv_transpose_nd(x, W, B, tuple(strides), pairs, tuple(out_pad), tuple(dilations), group)
+    if nk == 1:  # as a 2-D transposed conv of height 1
+        y = _conv_transpose(
+            ops.unsqueeze(x, 2), ops.unsqueeze(W, 2), B, [1, *strides], [0, pads[0], 0, pads[1]],
+            [0, *out_pad], [1, *dilations], group,
+        )  # fmt: skip
+        return ops.squeeze(y, 2)
+    (t, b), (left, r) = onnx_pads_to_pairs(pads)
+    return ops.conv_transpose2d(
+        x, W, B, tuple(strides), (t, b, left, r), tuple(out_pad), tuple(dilations), group
+    )
 
 
 # -- pooling -------------------------------------------------------------------------------------
@@ -515,6 +533,10 @@ def LSTM(
 ) -> tuple:
     """LSTM with outputs ``Y, Y_h, Y_c``; forward, reverse or bidirectional; ``layout`` 0 or 1;
     peephole weights ``P`` optional."""
+    if P is not None:
+        dirs, H = W.shape[0], n.attr("hidden_size", R.shape[-1])
+        if tuple(P.shape) != (dirs, 3 * H):
+            raise n.fail(f"peephole weights P must have shape {(dirs, 3 * H)}, got {tuple(P.shape)}")
     return _recurrent(n, X, W, R, B, sequence_lens, [initial_h, initial_c], P)
 
 

@@ -15,7 +15,6 @@ UNSUPPORTED_TYPES = {
 }
 
 EXCLUDES = {
-    "test_convtranspose_3d": "singa_lite has no 3-D transposed convolution op",
     "test_training_dropout_default": "random mask: ONNX's data comes from NumPy's global RNG",
     "test_training_dropout_default_mask": "random mask: ONNX's data comes from NumPy's global RNG",
     "test_training_dropout": "random mask: ONNX's data comes from NumPy's global RNG",
