@@ -190,7 +190,8 @@ def onnx_gemms(model: Any) -> list[Gemm]:
             k, n = dims[node.input[1]]
             if next((a.i for a in node.attribute if a.name == "transB"), 0):
                 k, n = n, k
-            shapes.append((dims[node.output[0]][0], k, n))
+            # As y^T = W^T x^T: the weight on the left, as in the convolutions (gemm_pass_ms).
+            shapes.append((n, k, dims[node.output[0]][0]))
     return shapes
 
 

@@ -146,9 +146,10 @@ def _kn2row_into(xp: Any, img: Any, W: Any, dilation: tuple, out: Any) -> None:
     pixel; the output is then the sum over taps of shifted windows of it. The sum runs on
     each tap's plane flattened: output pixel ``(o, r, c)`` at flat ``p = (o*Hp + r)*Wp + c``
     reads tap ``(i, j)`` at ``p + i*dh*Wp + j*dw``, so each tap is one shifted contiguous
-    vector and the shifts that cross a row or plane end land only on padding cells, which
-    are dropped when the result is copied out. NumPy runs a 1-D add 3-4x faster than the
-    same add over ``(O, Ho, Wo)`` windows, whose short rows it iterates one by one.
+    vector and the shifts that cross a row or plane end land only on cells outside the
+    ``Ho x Wo`` window of each plane, which are dropped when the result is copied out.
+    NumPy runs a 1-D add 3-4x faster than the same add over ``(O, Ho, Wo)`` windows, whose
+    short rows it iterates one by one.
     """
     O, C, kh, kw = W.shape
     (dh, dw), (_, Ho, Wo), (_, Hp, Wp) = dilation, out.shape, img.shape

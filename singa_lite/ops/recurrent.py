@@ -86,7 +86,7 @@ class _Sequence(Operator, ABC):
         self.Wx, self.Wh = Wx, Wh
         xw = self.x2 @ Wx
         xw += Bx
-        y, *final = self._steps(xw.reshape(T, N, -1), states, Wh, Bh)
+        y, *final = self._steps(xw.reshape(T, N, xw.shape[-1]), states, Wh, Bh)  # T may be 0
         if self.reverse:
             y = self.xp.ascontiguousarray(y[::-1])
         return (y, *final)
@@ -196,14 +196,15 @@ class LSTMSequence(_Sequence):
     """LSTM over a sequence, gates i, f, o, g: ``c = f*c + i*g``, ``h = o*tanh(c)``.
 
     An optional last input ``P`` (3H,) holds peephole weights in the order i, f, o (ONNX's
-    LSTM ``P``): ``i`` and ``f`` add ``P_i*c[t-1]`` and ``P_f*c[t-1]`` to their
-    pre-activations, ``o`` adds ``P_o*c[t]`` (the new cell state). Without ``P`` the op runs
-    the plain recurrence, untouched.
+    LSTM ``P``, whose order is i, o, f, reordered by the importer): ``i`` and ``f`` add
+    ``P_i*c[t-1]`` and ``P_f*c[t-1]`` to their pre-activations, ``o`` adds ``P_o*c[t]`` (the
+    new cell state). Without ``P`` the op runs the plain recurrence, untouched.
     """
 
     gates = 4
     state_names = ("h0", "c0")
     P: Any = None  # peephole weights of the last forward, or None
+    dz: Any = None  # pre-activation gradients, between the peephole backward and dP
 
     def forward(self, x: Any, *args: Any) -> tuple:
         k = len(self.state_names) + 4
@@ -216,7 +217,9 @@ class LSTMSequence(_Sequence):
         grads = super().backward(dy, *dfinal)
         if self.P is None:
             return grads
-        return (*grads, self._grad_P() if self.needs_grad[-1] else None)
+        dP = self._grad_P() if self.needs_grad[-1] else None
+        self.dz = None  # (T, N, 4H): not kept alive with the graph
+        return (*grads, dP)
 
     def _check(self, x: Any, states: tuple, Wx: Any, Wh: Any, Bx: Any, Bh: Any) -> None:
         super()._check(x, states, Wx, Wh, Bx, Bh)

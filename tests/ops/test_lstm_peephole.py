@@ -194,3 +194,15 @@ def test_sonnxmodel_trains_peepholes() -> None:
     finally:
         autograd.training = False
     assert not np.allclose(m.get_params()["P"].numpy(), before)
+
+
+@pytest.mark.parametrize("shape", [(12,), (1, 16), (1, 2, 6), (2, 12)])
+def test_onnx_bad_P_shape(dev, shape) -> None:
+    """A P that is not (num_directions, 3*hidden_size) is refused with the node named."""
+    from singa_lite.errors import OnnxError
+
+    feeds = _onnx_feeds("forward", False, False, 3, 2, 3, 4)
+    feeds["P"] = np.zeros(shape, np.float32)
+    model = _onnx_lstm("forward", feeds, 4)
+    with pytest.raises(OnnxError, match="peephole weights P must have shape"):
+        sonnx.prepare(model, dev).run(feeds)

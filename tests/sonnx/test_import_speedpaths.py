@@ -354,3 +354,49 @@ def test_in_place_skips_graph_outputs_and_falls_back_on_broadcast() -> None:
     assert (ref[1] < 0).any()
     for a, b in zip(ours, ref):
         np.testing.assert_allclose(a.numpy(), b, rtol=1e-5, atol=1e-5 * float(np.abs(b).max()))
+
+
+class _NaNEmpty:
+    """NumPy, but ``empty`` fills with NaN: a read of a cell never written shows in the result."""
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(np, name)
+
+    @staticmethod
+    def empty(shape: object, dtype: object = float) -> np.ndarray:
+        return np.full(shape, np.nan, dtype)
+
+
+@pytest.mark.parametrize(
+    "shape, kernel, dilation, pads",
+    [
+        ((6, 1, 1), (3, 3), (1, 1), (1, 1, 1, 1)),
+        ((8, 7, 6), (3, 2), (2, 1), (2, 0, 1, 1)),
+        ((4, 2, 9), (1, 5), (1, 2), (0, 0, 4, 4)),
+    ],
+)
+def test_kn2row_reads_only_written_cells(shape: tuple, kernel: tuple, dilation: tuple, pads: tuple) -> None:
+    """kn2row's flat tap sums leave cells of its grid unwritten; none of them reaches the output."""
+    rng = np.random.default_rng(2)
+    C, H, Wd = shape
+    x = rng.standard_normal((1, C, H, Wd))
+    W = rng.standard_normal((2, C, *kernel))
+    t, b, left, r = pads
+    img = np.pad(x[0], ((0, 0), (t, b), (left, r)))
+    Ho, Wo = img.shape[1] - dilation[0] * (kernel[0] - 1), img.shape[2] - dilation[1] * (kernel[1] - 1)
+    out = np.empty((2, Ho, Wo))
+    conv_infer._kn2row_into(_NaNEmpty(), img, W, dilation, out)
+    want = torch_free_conv(img, W, dilation)
+    np.testing.assert_allclose(out, want, rtol=1e-10, atol=1e-10)
+
+
+def torch_free_conv(img: np.ndarray, W: np.ndarray, dilation: tuple) -> np.ndarray:
+    """Stride-1 cross-correlation of a padded ``(C, Hp, Wp)`` image, a loop over taps."""
+    O, _, kh, kw = W.shape
+    (dh, dw), (_, Hp, Wp) = dilation, img.shape
+    Ho, Wo = Hp - dh * (kh - 1), Wp - dw * (kw - 1)
+    y = np.zeros((O, Ho, Wo))
+    for i in range(kh):
+        for j in range(kw):
+            y += np.einsum("oc,chw->ohw", W[:, :, i, j], img[:, i * dh : i * dh + Ho, j * dw : j * dw + Wo])
+    return y
