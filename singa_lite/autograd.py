@@ -22,6 +22,8 @@ import contextlib
 from collections.abc import Iterator
 from typing import Any
 
+import numpy as np
+
 from singa_lite.errors import ArgumentError, AutogradError, DeviceError, ShapeError
 from singa_lite.tensor import Tensor
 
@@ -30,7 +32,8 @@ training = False
 
 _grad_enabled = True
 # Graph mode (model.py) sets these while it records or replays one training step.
-_tape: list | None = None  # receives (op, inputs, outputs) per op call, and ("step", fn, args)
+_tape: list | None = None  # receives (op, inputs, outputs) per op call, ("step", fn, args) and
+# ("read", tensor, values) per host read (host_values)
 _retain_graph = False  # keep the graph after backward so the step can be replayed
 
 
@@ -43,6 +46,16 @@ def no_grad() -> Iterator[None]:
         yield
     finally:
         _grad_enabled = old
+
+
+def host_values(t: Tensor) -> Any:
+    """``t``'s values as a host (NumPy) array, for code that decides something from them (a
+    shape, the lengths of sequences). Graph mode notes the read: a replay is only valid for
+    the same values, so it records the step again when they change (see ``model._Graph``)."""
+    values = np.asarray(t)
+    if _tape is not None:
+        _tape.append(("read", t, values.copy()))
+    return values
 
 
 def is_recording() -> bool:

@@ -13,7 +13,9 @@ later calls replay that record on the same placeholder tensors: no Python graph 
 Tensor or Operator objects are created. The results equal eager mode. Python code in
 ``train_one_batch`` that is not an op (printing, reading values into floats, data-dependent
 branches) runs on the first step only; a call whose tensor shapes differ from the recorded ones
-runs eagerly.
+runs eagerly. Values read through ``autograd.host_values`` (the ONNX importer reads its shape,
+length and index arguments so) are checked: where they differ from the recorded ones, the step
+is recorded again.
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ class Model(Layer):
         self.sequential = False
         self.optimizer = None
         self._graph: _Graph | None = None
+        self._warned_values = False  # graph mode has said that host-read values changed
         self._input_specs: list[tuple[tuple, str]] = []
         self._output_shapes: dict[int, tuple] = {}
 
@@ -161,6 +164,16 @@ class Model(Layer):
         g = self._graph
         if g is not None and not g.params_hold():
             g = self._graph = None  # a param was frozen or unfrozen: record the step again
+        if g is not None and g.keys == keys and g.matches(flat) and not g.values_hold(flat):
+            if not self._warned_values:
+                self._warned_values = True
+                warnings.warn(
+                    "graph mode: the recorded step read values of its inputs or of tensors it "
+                    "computed on the host (e.g. an ONNX sequence_lens) and they differ now; the "
+                    "step is recorded again for each new value",
+                    stacklevel=3,
+                )
+            g = self._graph = None
         if g is not None:
             if g.keys == keys and g.matches(flat):
                 return g.replay(flat)
@@ -258,11 +271,26 @@ class _Graph:
     def __init__(self, inputs: tuple, tape: list, out: Any, keys: tuple = (), params: Sequence = ()) -> None:
         self.inputs = inputs  # positional arguments, then the values of the keyword ones
         self.keys = keys  # the keyword arguments' names
-        self.tape = tape
+        self.tape = [entry for entry in tape if entry[0] != "read"]
         self.out = out
         # Which params train decides which ops were recorded: freezing or unfreezing one
         # after recording means recording again.
         self.param_flags = [(p, p.requires_grad, p.stores_grad) for p in params]
+        # Values the step read on the host (autograd.host_values) decided what was recorded:
+        # a replay holds only for the same values. An input's are checked before replaying;
+        # a tensor the step computed cannot be checked before it is computed again, so such
+        # a step is recorded anew on every call. Constants and params need no check.
+        computed = {id(o) for entry in self.tape if entry[0] != "step" for o in entry[2]}
+        index = {id(a): i for i, a in enumerate(inputs) if isinstance(a, Tensor)}
+        reads = [(t, v) for kind, t, v in (e for e in tape if e[0] == "read")]
+        self.value_guards = [(index[id(t)], v) for t, v in reads if id(t) in index]
+        self.reads_computed = any(id(t) in computed for t, _ in reads)
+
+    def values_hold(self, args: tuple) -> bool:
+        """Whether the host values the recorded step read are the same for ``args``."""
+        if self.reads_computed:
+            return False
+        return all(np.array_equal(np.asarray(args[i]), v) for i, v in self.value_guards)
 
     def params_hold(self) -> bool:
         return all(p.requires_grad == r and p.stores_grad == s for p, r, s in self.param_flags)

@@ -14,10 +14,11 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Sequence
+from numbers import Integral
 from typing import Any
 
 from singa_lite.autograd import Operator
-from singa_lite.errors import DTypeError
+from singa_lite.errors import DTypeError, ShapeError
 from singa_lite.tensor import Tensor
 
 __all__ = ["ConvNd", "ConvTransposeNd", "conv_nd", "conv_transpose_nd"]
@@ -25,21 +26,21 @@ __all__ = ["ConvNd", "ConvTransposeNd", "conv_nd", "conv_transpose_nd"]
 _ALL2 = (slice(None), slice(None))  # the batch and channel axes, whole
 
 
-def _per_axis(v: int | Sequence[int], n: int, what: str, least: int) -> tuple[int, ...]:
-    vals = (int(v),) * n if isinstance(v, int) else tuple(int(a) for a in v)
+def _per_axis(v: Any, n: int, what: str, least: int) -> tuple[int, ...]:
+    vals = (int(v),) * n if isinstance(v, Integral) else tuple(int(a) for a in v)
     if len(vals) != n or min(vals, default=least) < least:
         raise ValueError(f"{what} must be {n} integers >= {least}, got {v!r}")
     return vals
 
 
-def _pairs(padding: int | Sequence, n: int, what: str) -> tuple[tuple[int, int], ...]:
+def _pairs(padding: Any, n: int, what: str) -> tuple[tuple[int, int], ...]:
     """Per-axis ``(begin, end)`` from an int, one value per axis, or ``n`` pairs."""
-    if isinstance(padding, int):
-        pairs = [(padding, padding)] * n
+    if isinstance(padding, Integral):
+        pairs = [(int(padding), int(padding))] * n
     else:
         items = list(padding)
-        if len(items) == n and all(isinstance(p, int) for p in items):
-            pairs = [(p, p) for p in items]
+        if len(items) == n and all(isinstance(p, Integral) for p in items):
+            pairs = [(int(p), int(p)) for p in items]
         elif len(items) == n and all(len(p) == 2 for p in items):
             pairs = [(int(p[0]), int(p[1])) for p in items]
         else:
@@ -102,18 +103,26 @@ class _ConvNdBase(Operator):
             raise ValueError(f"{self.name}: group must be >= 1, got {group!r}")
         self.group = int(group)
 
-    def _check(self, x: Any, W: Any, b: Any, in_channels: int, out_channels: int) -> None:
+    def _check(self, x: Any, W: Any, b: Any) -> None:
         n, g = self.n, self.group
         if x.ndim != n + 2 or W.ndim != n + 2:
             raise self.error(f"x must be (N, C, {n} spatial axes) and W {n + 2}-D", x, W)
+        if 0 in x.shape[2:]:
+            raise self.error("x has an empty spatial axis", x, W)
         if x.dtype.kind != "f" or x.dtype != W.dtype or (b is not None and b.dtype != x.dtype):
-            raise DTypeError(f"{self.name}: x, W and b must share a float dtype, got {x.dtype} and {W.dtype}")
+            got = ", ".join(str(a.dtype) for a in (x, W, b) if a is not None)
+            raise DTypeError(f"{self.name}: x, W and b must share a float dtype, got {got}")
+        in_channels, out_channels = self.channels(W)
         if x.shape[1] % g or out_channels % g:
             raise self.error(f"group={g} does not divide the channels", x, W)
         if x.shape[1] != in_channels:
             raise self.error(f"x has {x.shape[1]} channels, the weight expects {in_channels}", x, W)
         if b is not None and b.shape != (out_channels,):
             raise self.error(f"bias must have shape ({out_channels},)", x, W, b)
+
+    def channels(self, W: Any) -> tuple[int, int]:
+        """The input and output channels ``W`` expects and gives."""
+        return W.shape[1] * self.group, W.shape[0]
 
     def _bias_grad(self, dy: Any) -> Any:
         return dy.sum(axis=(0, *range(2, dy.ndim))) if self.needs_grad[2] else None
@@ -125,7 +134,7 @@ class ConvNd(_ConvNdBase):
 
     def forward(self, x: Any, W: Any, b: Any = None) -> Any:
         xp, g = self.xp, self.group
-        self._check(x, W, b, W.shape[1] * g, W.shape[0])
+        self._check(x, W, b)
         kernel = W.shape[2:]
         out = tuple(
             (size + pb + pe - d * (k - 1) - 1) // s + 1
@@ -188,9 +197,12 @@ class ConvTransposeNd(_ConvNdBase):
             if op >= max(s, d):
                 raise ValueError(f"{self.name}: output_padding {op} must be < stride or dilation")
 
+    def channels(self, W: Any) -> tuple[int, int]:
+        return W.shape[0], W.shape[1] * self.group
+
     def forward(self, x: Any, W: Any, b: Any = None) -> Any:
         xp, g = self.xp, self.group
-        self._check(x, W, b, W.shape[0], W.shape[1] * g)
+        self._check(x, W, b)
         N, C, *size = x.shape
         kernel, og = W.shape[2:], W.shape[1]
         full = tuple(
@@ -231,6 +243,12 @@ class ConvTransposeNd(_ConvNdBase):
         return dx, dW, self._bias_grad(dy)
 
 
+def _spatial_axes(x: Tensor, what: str) -> int:
+    if len(x.shape) < 3:
+        raise ShapeError(f"{what}: x must be (N, C, spatial...), got shape {tuple(x.shape)}")
+    return len(x.shape) - 2
+
+
 def conv_nd(
     x: Tensor,
     W: Tensor,
@@ -250,7 +268,7 @@ def conv_nd(
     >>> conv_nd(x, tensor.from_numpy(np.ones((3, 2, 3, 3, 3), np.float32)), padding=1).shape
     (1, 3, 4, 5, 6)
     """
-    op = ConvNd(len(x.shape) - 2, stride, padding, dilation, group)
+    op = ConvNd(_spatial_axes(x, "conv_nd"), stride, padding, dilation, group)
     return (op(x, W) if b is None else op(x, W, b))[0]
 
 
@@ -266,5 +284,7 @@ def conv_transpose_nd(
 ) -> Tensor:
     """Transposed convolution of ``x (N, C_in, *spatial)`` with ``W (C_in, C_out/group, *kernel)``
     over every spatial axis; padding as in :func:`conv_nd`."""
-    op = ConvTransposeNd(len(x.shape) - 2, stride, padding, output_padding, dilation, group)
+    op = ConvTransposeNd(
+        _spatial_axes(x, "conv_transpose_nd"), stride, padding, output_padding, dilation, group
+    )
     return (op(x, W) if b is None else op(x, W, b))[0]

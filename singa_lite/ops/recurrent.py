@@ -106,7 +106,7 @@ class _Sequence(Operator, ABC):
         )
         dx = None
         if need_x:
-            dx = (dxw2 @ self.Wx.T).reshape(T, N, -1)
+            dx = (dxw2 @ self.Wx.T).reshape(T, N, self.Wx.shape[0])  # T may be 0
             if self.reverse:
                 dx = xp.ascontiguousarray(dx[::-1])
         dWx = self.x2.T @ dxw2 if need_wx else None

@@ -500,68 +500,47 @@ def _tensordot(g: GraphBuilder, op: Any, xs: list[Value], ys: list[Value]) -> No
 
 
 # -- convolution and pooling ---------------------------------------------------------------------
-@converts(conv.Conv2d)
-def _conv2d(g: GraphBuilder, op: Any, xs: list[Value], ys: list[Value]) -> None:
-    t, b, l, r = op.pads
-    g.one(
-        "Conv",
-        [x.name for x in xs],
-        ys[0].name,
-        kernel_shape=list(xs[1].shape[2:]),
-        strides=list(op.stride),
-        pads=[t, l, b, r],
-        dilations=list(op.dilation),
-        group=op.group,
+def _conv_geometry(op: Any) -> tuple[list[int], list[int], list[int], list[int]]:
+    """``strides``, begin pads, end pads and ``dilations`` of a conv op, per ONNX spatial axis."""
+    if isinstance(op, (conv_general.ConvNd, conv_general.ConvTransposeNd)):
+        return list(op.stride), [b for b, _ in op.pads], [e for _, e in op.pads], list(op.dilation)
+    t, b, left, r = op.pads
+    if isinstance(op, conv.Conv1d):  # a conv2d of height 1
+        return [op.stride[1]], [left], [r], [op.dilation[1]]
+    return list(op.stride), [t, left], [b, r], list(op.dilation)
+
+
+@converts(conv.Conv2d, conv.ConvTranspose2d, conv_general.ConvNd, conv_general.ConvTransposeNd)
+def _conv(g: GraphBuilder, op: Any, xs: list[Value], ys: list[Value]) -> None:
+    strides, begins, ends, dilations = _conv_geometry(op)
+    attrs = {
+        "kernel_shape": list(xs[1].shape[2:]),
+        "strides": strides,
+        "dilations": dilations,
+        "group": op.group,
+    }
+    names = [x.name for x in xs]
+    if not isinstance(op, (conv.ConvTranspose2d, conv_general.ConvTransposeNd)):
+        g.one("Conv", names, ys[0].name, pads=begins + ends, **attrs)
+        return
+    out_pad = list(op.output_padding)
+    if all(p < s for p, s in zip(out_pad, strides)):
+        g.one("ConvTranspose", names, ys[0].name, pads=begins + ends, output_padding=out_pad, **attrs)
+        return
+    # singa_lite (like PyTorch) allows output_padding up to the dilation, onnxruntime only below
+    # the stride. Output padding adds cells no window reaches, zero but for the bias: take them
+    # off the end pads, zero-pad what is left, and add the bias after.
+    y = g.one(
+        "ConvTranspose", names[:2], pads=begins + [max(e - p, 0) for e, p in zip(ends, out_pad)], **attrs
     )
-
-
-@converts(conv.Conv1d)
-def _conv1d(g: GraphBuilder, op: Any, xs: list[Value], ys: list[Value]) -> None:
-    _, _, l, r = op.pads
-    g.one(
-        "Conv",
-        [x.name for x in xs],
-        ys[0].name,
-        kernel_shape=[xs[1].shape[2]],
-        strides=[op.stride[1]],
-        pads=[l, r],
-        dilations=[op.dilation[1]],
-        group=op.group,
-    )
-
-
-@converts(conv.ConvTranspose2d)
-def _conv_transpose(g: GraphBuilder, op: Any, xs: list[Value], ys: list[Value]) -> None:
-    t, b, l, r = op.pads
-    g.one(
-        "ConvTranspose",
-        [x.name for x in xs],
-        ys[0].name,
-        kernel_shape=list(xs[1].shape[2:]),
-        strides=list(op.stride),
-        pads=[t, l, b, r],
-        dilations=list(op.dilation),
-        group=op.group,
-        output_padding=list(op.output_padding),
-    )
-
-
-@converts(conv_general.ConvNd, conv_general.ConvTransposeNd)
-def _conv_nd(g: GraphBuilder, op: Any, xs: list[Value], ys: list[Value]) -> None:
-    attrs: dict[str, Any] = {}
-    if isinstance(op, conv_general.ConvTransposeNd):
-        attrs["output_padding"] = list(op.output_padding)
-    g.one(
-        "ConvTranspose" if attrs else "Conv",
-        [x.name for x in xs],
-        ys[0].name,
-        kernel_shape=list(xs[1].shape[2:]),
-        strides=list(op.stride),
-        pads=[b for b, _ in op.pads] + [e for _, e in op.pads],
-        dilations=list(op.dilation),
-        group=op.group,
-        **attrs,
-    )
+    extra = [max(p - e, 0) for e, p in zip(ends, out_pad)]
+    if any(extra):
+        y = g.one("Pad", [y, g.ints([0, 0] + [0] * len(extra) + [0, 0] + extra)])
+    if len(names) < 3:
+        g.one("Identity", [y], ys[0].name)
+        return
+    bias = g.one("Reshape", [names[2], g.ints([1, -1] + [1] * len(extra))])
+    g.one("Add", [y, bias], ys[0].name)
 
 
 @converts(pool.MaxPool, pool.AvgPool)

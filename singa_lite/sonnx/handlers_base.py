@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 from onnx import AttributeProto, NodeProto, TensorProto, helper, numpy_helper
 
+from singa_lite import autograd
 from singa_lite.errors import OnnxError
 from singa_lite.tensor import Tensor, as_dtype
 
@@ -53,28 +54,29 @@ class Node:
         return OnnxError(f"{self}: {message}")
 
     # -- reading tensor arguments into Python values -------------------------------------
+    # Through ``autograd.host_values``: graph mode replays a step only for the values read.
     @staticmethod
     def array(t: Tensor | None) -> np.ndarray | None:
         """A host copy of ``t`` (``None`` stays ``None``)."""
-        return None if t is None else np.asarray(t)
+        return None if t is None else autograd.host_values(t)
 
     @staticmethod
     def ints(t: Tensor) -> list[int]:
         """The values of an integer tensor argument (a shape, axes, pads) as a list."""
-        return [int(v) for v in np.asarray(t).reshape(-1)]
+        return [int(v) for v in autograd.host_values(t).reshape(-1)]
 
     def opt_ints(self, t: Tensor | None) -> list[int] | None:
         """``ints`` of an optional input; ``None`` where it is omitted."""
         return None if t is None else self.ints(t)
 
     def opt_floats(self, t: Tensor | None) -> list[float] | None:
-        return None if t is None else [float(v) for v in np.asarray(t).reshape(-1)]
+        return None if t is None else [float(v) for v in autograd.host_values(t).reshape(-1)]
 
     def scalar(self, t: Tensor | None, default: Any = None) -> Any:
         """A one-element tensor argument as a Python number."""
         if t is None or t.size() == 0:
             return default
-        return np.asarray(t).reshape(-1)[0].item()
+        return autograd.host_values(t).reshape(-1)[0].item()
 
     def arg(self, attr: str, input_value: Tensor | None, since: int) -> Any:
         """An argument that was the attribute ``attr`` before opset ``since`` and an input after.

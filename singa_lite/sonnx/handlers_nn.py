@@ -112,6 +112,14 @@ def ConvTranspose(n: Node, x: Tensor, W: Tensor, B: Tensor | None = None) -> Ten
         pads = [0] * 2 * nk
     else:
         pads = list(n.attr("pads", [0] * 2 * nk))
+    for what, v, want in (
+        ("strides", strides, nk),
+        ("dilations", dilations, nk),
+        ("output_padding", out_pad, nk),
+        ("pads", pads, 2 * nk),
+    ):
+        if len(v) != want:
+            raise n.fail(f"{what} must have {want} values for {nk} spatial axes, got {v}")
     group = n.attr("group", 1)
     fits = min(pads) >= 0 and all(op < max(s, d) for op, s, d in zip(out_pad, strides, dilations))
     if fits:

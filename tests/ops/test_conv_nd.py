@@ -246,3 +246,43 @@ def test_onnx_3d_against_onnxruntime(op, attrs, w_shape) -> None:
     got = tensor.to_numpy(sonnx.prepare(model).run([x])[0])
     assert got.shape == want.shape
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
+def test_more_bad_input(dev) -> None:
+    from singa_lite import tensor
+
+    def t(*shape, dtype=np.float32):
+        return tensor.from_numpy(np.zeros(shape, dtype), dev)
+
+    with pytest.raises(ShapeError, match="spatial"):
+        ops.conv_nd(t(1, 2, 4, 4, 4), t(2))  # a 1-D weight
+    with pytest.raises(ShapeError, match="spatial"):
+        ops.conv_nd(t(4), t(2, 2, 1))
+    with pytest.raises(ShapeError, match="spatial"):
+        ops.conv_transpose_nd(t(2, 4), t(4, 2, 1))
+    with pytest.raises(ShapeError, match="empty spatial"):
+        ops.conv_transpose_nd(t(1, 2, 0, 4, 4), t(2, 3, 1, 1, 1))
+    with pytest.raises(DTypeError, match="float16"):
+        ops.conv_nd(t(1, 2, 4, 4, 4), t(2, 2, 1, 1, 1), t(2, dtype=np.float16))
+    y = ops.conv_nd(t(1, 2, 4, 4, 4), t(2, 2, 3, 3, 3), None, np.int64(2), np.int32(1))  # NumPy ints
+    assert y.shape == (1, 2, 2, 2, 2)
+
+
+def test_onnx_3d_conv_transpose_refuses_short_attributes() -> None:
+    from onnx import TensorProto, helper, numpy_helper
+
+    from singa_lite import sonnx
+    from singa_lite.errors import OnnxError
+
+    W = numpy_helper.from_array(np.zeros((2, 2, 2, 2, 2), np.float32), "W")
+    node = helper.make_node("ConvTranspose", ["x", "W"], ["y"], strides=[2, 2])
+    graph = helper.make_graph(
+        [node],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, (1, 2, 3, 3, 3))],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["a", "b", "c", "d", "e"])],
+        [W],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    with pytest.raises(OnnxError, match="strides must have 3 values"):
+        sonnx.prepare(model).run([np.zeros((1, 2, 3, 3, 3), np.float32)])

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from opcheck import _training, _weighted_sum, check_forward, check_grad, to_tensors
+from opcheck import _training, _weighted_sum, check_forward, check_grad, run, to_tensors
 
 from singa_lite import autograd, tensor
 from singa_lite.errors import DTypeError, ShapeError
@@ -249,3 +249,26 @@ def test_bad_nonlinearity(dev):
 
 def test_reexported_in_autograd():
     assert autograd.lstm is lstm and autograd.gru_cell is gru_cell
+
+
+@pytest.mark.parametrize("kind", ["rnn", "lstm", "gru"])
+@pytest.mark.parametrize("reverse", [False, True])
+def test_empty_sequence(dev, kind, reverse):
+    """T = 0: no output steps, the final states are the initial ones, and every gradient
+    (x's included) is defined."""
+    rng = np.random.default_rng(0)
+    N, I, H, k = 2, 3, 4, {"rnn": 1, "lstm": 4, "gru": 3}[kind]
+    arrays = [
+        rng.standard_normal(s)
+        for s in [(0, N, I), (N, H), (N, H), (I, k * H), (H, k * H), (k * H,), (k * H,)]
+    ]
+    if kind != "lstm":
+        del arrays[2]  # no cell state
+
+    def fn(x, h, *rest):
+        return {"rnn": rnn, "lstm": lstm, "gru": gru}[kind](x, h, *rest, reverse=reverse)
+
+    y, h, *_ = run(fn, arrays, dev)
+    assert y.shape == (0, N, H)
+    np.testing.assert_array_equal(h, arrays[1])
+    check_grad(fn, arrays, dev)

@@ -327,6 +327,7 @@ CASES = [
             ops.conv1d(x, w(5, 3, 3), w(5), 2, (1, 2), 1),
             ops.conv_transpose2d(y, w(4, 2, 3, 3), w(4), 2, 1, 1, group=2),
             ops.conv_transpose2d(y, w(4, 3, 2, 3), None, (1, 2), (0, 1, 1, 0)),
+            ops.conv_transpose2d(y, w(4, 3, 2, 3), w(3), 1, (0, 1, 1, 0), (1, 1), dilation=2),
         ],
         [f32(2, 3, 9), f32(1, 4, 4, 5)],
     ),
@@ -335,6 +336,10 @@ CASES = [
         lambda x: [
             ops.conv_nd(x, w(6, 2, 3, 2, 3), w(6), (2, 1, 1), [(1, 0), (0, 1), (1, 1)], (1, 2, 1), group=2),
             ops.conv_transpose_nd(x, w(4, 3, 2, 3, 2), w(3), (2, 1, 2), 1, (1, 0, 1)),
+            # output_padding past the stride (below the dilation): onnxruntime refuses it as an
+            # attribute, so it is exported as end pads / a Pad and the bias added after
+            ops.conv_transpose_nd(x, w(4, 2, 2, 2, 2), w(2), 1, [(0, 1), (0, 0), (1, 0)], (1, 1, 0), 2),
+            ops.conv_transpose_nd(x, w(4, 2, 2, 2, 2), None, 1, 0, (1, 0, 1), 2),
         ],
         [f32(2, 4, 5, 6, 4)],
     ),

@@ -196,3 +196,68 @@ def test_bad_lengths(lens, match):
     feeds["sequence_lens"] = np.asarray(lens, np.int32)
     with pytest.raises(OnnxError, match=match):
         _singa(_model("GRU", "forward", feeds), feeds)
+
+
+def test_graph_mode_follows_changing_lengths() -> None:
+    """A SONNXModel step recorded with some ``sequence_lens`` is not replayed for others (the
+    lengths decide which ops run); it is recorded again, with a warning, and equals eager mode."""
+    import warnings
+
+    from onnx import TensorProto, numpy_helper
+
+    from singa_lite import ops, opt
+
+    T, N, I, H = 5, 4, 3, 2
+    rng = np.random.default_rng(0)
+    inits = [
+        numpy_helper.from_array((rng.standard_normal(s) * 0.5).astype(np.float32), name)
+        for name, s in (("W", (1, 4 * H, I)), ("R", (1, 4 * H, H)), ("B", (1, 8 * H)))
+    ]
+    node = helper.make_node(
+        "LSTM", ["X", "W", "R", "B", "L"], ["Y", "Yh"], hidden_size=H, direction="reverse"
+    )
+    graph = helper.make_graph(
+        [node],
+        "g",
+        [
+            helper.make_tensor_value_info("X", TensorProto.FLOAT, [T, N, I]),
+            helper.make_tensor_value_info("L", TensorProto.INT32, [N]),
+        ],
+        [
+            helper.make_tensor_value_info("Y", TensorProto.FLOAT, [T, 1, N, H]),
+            helper.make_tensor_value_info("Yh", TensorProto.FLOAT, [1, N, H]),
+        ],
+        initializer=inits,
+    )
+    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 14)])
+
+    class Lengths(sonnx.SONNXModel):
+        def train_one_batch(self, x, lens, target):  # type: ignore[override]
+            y = self.forward(x, lens)[1]
+            loss = ops.mse_loss(y, target)
+            self.optimizer(loss)
+            return y, loss
+
+    def make(use_graph: bool) -> Lengths:
+        m = Lengths(proto)
+        m.set_optimizer(opt.SGD(lr=0.1))
+        x = tensor.from_numpy(np.zeros((T, N, I), np.float32))
+        m.compile([x, tensor.from_numpy(np.full(N, T, np.int32))], is_train=True, use_graph=use_graph)
+        return m
+
+    X = tensor.from_numpy(rng.standard_normal((T, N, I)).astype(np.float32))
+    target = tensor.from_numpy(np.zeros((1, N, H), np.float32))
+    lens = [[5, 3, 2, 0], [5, 3, 2, 0], [1, 5, 5, 2], [5, 5, 5, 5]]
+    eager, graphed = make(False), make(True)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        recorded = []
+        for L in lens:
+            Lt = tensor.from_numpy(np.array(L, np.int32))
+            want = tensor.to_numpy(eager(X, Lt, target)[0])
+            got = tensor.to_numpy(graphed(X, Lt, target)[0])
+            np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-7)
+            recorded.append(graphed._graph)
+    assert recorded[1] is recorded[0]  # the same lengths replay the recorded step
+    assert recorded[2] is not recorded[1]  # new lengths record it again
+    assert sum("sequence_lens" in str(w.message) for w in caught) == 1  # said once
