@@ -164,19 +164,24 @@ class Model(Layer):
         g = self._graph
         if g is not None and not g.params_hold():
             g = self._graph = None  # a param was frozen or unfrozen: record the step again
-        if g is not None and g.keys == keys and g.matches(flat) and not g.values_hold(flat):
+        if g is not None and g.keys == keys and g.matches(flat):
+            try:
+                if g.values_hold(flat):
+                    return g.replay(flat)
+            except _StaleReadError:
+                pass
+            # Host-read values decided which ops the step runs (an ONNX sequence_lens) and they
+            # differ now. A replay stopped at a changed computed value has run the ops before it
+            # (a BatchNorm there has updated its statistics once more).
             if not self._warned_values:
                 self._warned_values = True
                 warnings.warn(
-                    "graph mode: the recorded step read values of its inputs or of tensors it "
-                    "computed on the host (e.g. an ONNX sequence_lens) and they differ now; the "
-                    "step is recorded again for each new value",
+                    "graph mode: the recorded step read values on the host (e.g. an ONNX "
+                    "sequence_lens) that differ now; the step is recorded again for each new value",
                     stacklevel=3,
                 )
             g = self._graph = None
         if g is not None:
-            if g.keys == keys and g.matches(flat):
-                return g.replay(flat)
             warnings.warn(
                 f"graph mode: this call's inputs {_describe(flat, keys)} differ from the recorded "
                 f"{_describe(g.inputs, g.keys)}; running it eagerly",
@@ -265,31 +270,31 @@ class Model(Layer):
         return text
 
 
+class _StaleReadError(Exception):
+    """A graph-mode replay reached a host-read value that differs from the recorded one."""
+
+
 class _Graph:
     """One recorded training step: forward ops in call order and the update steps."""
 
     def __init__(self, inputs: tuple, tape: list, out: Any, keys: tuple = (), params: Sequence = ()) -> None:
         self.inputs = inputs  # positional arguments, then the values of the keyword ones
         self.keys = keys  # the keyword arguments' names
-        self.tape = [entry for entry in tape if entry[0] != "read"]
         self.out = out
         # Which params train decides which ops were recorded: freezing or unfreezing one
         # after recording means recording again.
         self.param_flags = [(p, p.requires_grad, p.stores_grad) for p in params]
         # Values the step read on the host (autograd.host_values) decided what was recorded:
         # a replay holds only for the same values. An input's are checked before replaying;
-        # a tensor the step computed cannot be checked before it is computed again, so such
-        # a step is recorded anew on every call. Constants and params need no check.
-        computed = {id(o) for entry in self.tape if entry[0] != "step" for o in entry[2]}
+        # a tensor the step computes (a shape, mostly) is checked where the replay has made it
+        # again (``_StaleReadError``). Constants and params need no check.
+        computed = {id(o) for entry in tape if entry[0] not in ("step", "read") for o in entry[2]}
         index = {id(a): i for i, a in enumerate(inputs) if isinstance(a, Tensor)}
-        reads = [(t, v) for kind, t, v in (e for e in tape if e[0] == "read")]
-        self.value_guards = [(index[id(t)], v) for t, v in reads if id(t) in index]
-        self.reads_computed = any(id(t) in computed for t, _ in reads)
+        self.value_guards = [(index[id(e[1])], e[2]) for e in tape if e[0] == "read" and id(e[1]) in index]
+        self.tape = [e for e in tape if e[0] != "read" or id(e[1]) in computed]
 
     def values_hold(self, args: tuple) -> bool:
-        """Whether the host values the recorded step read are the same for ``args``."""
-        if self.reads_computed:
-            return False
+        """Whether the inputs' host values the recorded step read are the same in ``args``."""
         return all(np.array_equal(np.asarray(args[i]), v) for i, v in self.value_guards)
 
     def params_hold(self) -> bool:
@@ -320,6 +325,10 @@ class _Graph:
             for entry in self.tape:
                 if entry[0] == "step":
                     entry[1](*entry[2])
+                    continue
+                if entry[0] == "read":
+                    if not np.array_equal(np.asarray(entry[1]), entry[2]):
+                        raise _StaleReadError
                     continue
                 op, xs, outs = entry
                 for o, y in zip(outs, op.forward_arrays([x.data for x in xs])):

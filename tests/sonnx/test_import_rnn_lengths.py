@@ -198,9 +198,11 @@ def test_bad_lengths(lens, match):
         _singa(_model("GRU", "forward", feeds), feeds)
 
 
-def test_graph_mode_follows_changing_lengths() -> None:
+@pytest.mark.parametrize("computed", [False, True], ids=["lens-input", "lens-from-mask"])
+def test_graph_mode_follows_changing_lengths(computed: bool) -> None:
     """A SONNXModel step recorded with some ``sequence_lens`` is not replayed for others (the
-    lengths decide which ops run); it is recorded again, with a warning, and equals eager mode."""
+    lengths decide which ops run); it is recorded again, with a warning, and equals eager mode.
+    The lengths are a graph input, or computed in the graph from a 0/1 mask."""
     import warnings
 
     from onnx import TensorProto, numpy_helper
@@ -213,16 +215,21 @@ def test_graph_mode_follows_changing_lengths() -> None:
         numpy_helper.from_array((rng.standard_normal(s) * 0.5).astype(np.float32), name)
         for name, s in (("W", (1, 4 * H, I)), ("R", (1, 4 * H, H)), ("B", (1, 8 * H)))
     ]
-    node = helper.make_node(
-        "LSTM", ["X", "W", "R", "B", "L"], ["Y", "Yh"], hidden_size=H, direction="reverse"
-    )
+    nodes = [
+        helper.make_node("LSTM", ["X", "W", "R", "B", "L"], ["Y", "Yh"], hidden_size=H, direction="reverse")
+    ]
+    second = helper.make_tensor_value_info("L", TensorProto.INT32, [N])
+    if computed:
+        inits.append(numpy_helper.from_array(np.array([0], np.int64), "axes"))
+        nodes[:0] = [
+            helper.make_node("ReduceSum", ["M", "axes"], ["S"], keepdims=0),
+            helper.make_node("Cast", ["S"], ["L"], to=TensorProto.INT32),
+        ]
+        second = helper.make_tensor_value_info("M", TensorProto.FLOAT, [T, N])
     graph = helper.make_graph(
-        [node],
+        nodes,
         "g",
-        [
-            helper.make_tensor_value_info("X", TensorProto.FLOAT, [T, N, I]),
-            helper.make_tensor_value_info("L", TensorProto.INT32, [N]),
-        ],
+        [helper.make_tensor_value_info("X", TensorProto.FLOAT, [T, N, I]), second],
         [
             helper.make_tensor_value_info("Y", TensorProto.FLOAT, [T, 1, N, H]),
             helper.make_tensor_value_info("Yh", TensorProto.FLOAT, [1, N, H]),
@@ -238,11 +245,16 @@ def test_graph_mode_follows_changing_lengths() -> None:
             self.optimizer(loss)
             return y, loss
 
+    def second_input(lengths: list[int]) -> tensor.Tensor:
+        if not computed:
+            return tensor.from_numpy(np.array(lengths, np.int32))
+        return tensor.from_numpy((np.arange(T)[:, None] < np.array(lengths)[None, :]).astype(np.float32))
+
     def make(use_graph: bool) -> Lengths:
         m = Lengths(proto)
         m.set_optimizer(opt.SGD(lr=0.1))
         x = tensor.from_numpy(np.zeros((T, N, I), np.float32))
-        m.compile([x, tensor.from_numpy(np.full(N, T, np.int32))], is_train=True, use_graph=use_graph)
+        m.compile([x, second_input([T] * N)], is_train=True, use_graph=use_graph)
         return m
 
     X = tensor.from_numpy(rng.standard_normal((T, N, I)).astype(np.float32))
@@ -253,9 +265,8 @@ def test_graph_mode_follows_changing_lengths() -> None:
         warnings.simplefilter("always")
         recorded = []
         for L in lens:
-            Lt = tensor.from_numpy(np.array(L, np.int32))
-            want = tensor.to_numpy(eager(X, Lt, target)[0])
-            got = tensor.to_numpy(graphed(X, Lt, target)[0])
+            want = tensor.to_numpy(eager(X, second_input(L), target)[0])
+            got = tensor.to_numpy(graphed(X, second_input(L), target)[0])
             np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-7)
             recorded.append(graphed._graph)
     assert recorded[1] is recorded[0]  # the same lengths replay the recorded step
