@@ -13,7 +13,7 @@ Padding is given as ``(begin, end)`` pairs, one per spatial axis.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Sequence
+from math import prod
 from numbers import Integral
 from typing import Any
 
@@ -85,13 +85,6 @@ def _pad(xp: Any, x: Any, pads: tuple) -> Any:
     return xp.pad(x, [(0, 0), (0, 0), *pads])
 
 
-def _prod(v: Sequence[int]) -> int:
-    out = 1
-    for a in v:
-        out *= a
-    return out
-
-
 class _ConvNdBase(Operator):
     def __init__(self, n: int, stride: Any, padding: Any, dilation: Any, group: int) -> None:
         super().__init__()
@@ -143,10 +136,8 @@ class ConvNd(_ConvNdBase):
         if min(out) < 1:
             raise self.error(f"kernel {kernel} (dilation {self.dilation}) exceeds the padded input", x, W)
         xpad = _pad(xp, x, self.pads)
-        N, O, K = x.shape[0], W.shape[0], W.shape[1] * _prod(kernel)
-        self.col = _windows(xp, xpad, kernel, self.stride, self.dilation, out, g).reshape(
-            g, K, N * _prod(out)
-        )
+        N, O, K = x.shape[0], W.shape[0], W.shape[1] * prod(kernel)
+        self.col = _windows(xp, xpad, kernel, self.stride, self.dilation, out, g).reshape(g, K, N * prod(out))
         self.Wm = W.reshape(g, O // g, K)
         self.x_shape, self.padded_shape, self.W_shape, self.out = x.shape, xpad.shape, W.shape, out
         y = xp.matmul(self.Wm, self.col).reshape(O, N, *out).swapaxes(0, 1)
@@ -212,7 +203,7 @@ class ConvTransposeNd(_ConvNdBase):
         if any(f - pb - pe < 1 for f, (pb, pe) in zip(full, self.pads)):
             raise self.error(f"padding {self.pads} leaves an empty output", x, W)
         self.xm = x.swapaxes(0, 1).reshape(g, C // g, -1)  # (g, C/g, N * prod(size))
-        self.Wm = W.reshape(g, C // g, og * _prod(kernel))
+        self.Wm = W.reshape(g, C // g, og * prod(kernel))
         self.size, self.full, self.W_shape, self.x_shape = tuple(size), full, W.shape, x.shape
         cols = xp.matmul(self.Wm.swapaxes(1, 2), self.xm).reshape(g * og, *kernel, N, *size)
         out = xp.zeros((N, g * og, *full), x.dtype)
@@ -231,7 +222,7 @@ class ConvTransposeNd(_ConvNdBase):
         dfull[self._crop()] = dy
         kernel = self.W_shape[2:]
         col = _windows(xp, dfull, kernel, self.stride, self.dilation, self.size, g)
-        col = col.reshape(g, self.W_shape[1] * _prod(kernel), -1)  # (g, og*prod(k), N*prod(size))
+        col = col.reshape(g, self.W_shape[1] * prod(kernel), -1)  # (g, og*prod(k), N*prod(size))
         dx = dW = None
         if self.needs_grad[0]:
             N, C = self.x_shape[:2]

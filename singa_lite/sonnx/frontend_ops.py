@@ -45,6 +45,7 @@ from singa_lite.ops.recurrent import (
     RNNSequence,
 )
 from singa_lite.sonnx.frontend import GraphBuilder, Value, unsupported
+from singa_lite.sonnx.handlers_base import GATE_ORDER, PEEPHOLE_ORDER
 
 Converter = Callable[[GraphBuilder, Any, list[Value], list[Value]], None]
 CONVERTERS: dict[type, Converter] = {}
@@ -631,9 +632,6 @@ def _resize(g: GraphBuilder, op: Any, xs: list[Value], ys: list[Value]) -> None:
 
 
 # -- recurrent -----------------------------------------------------------------------------------
-# ONNX's gate order as indices into SINGA's: LSTM i, o, f, c from i, f, o, g; GRU z, r, h is z, r, n.
-_GATE_ORDER = {"LSTM": (0, 2, 1, 3), "GRU": (0, 1, 2), "RNN": (0,)}
-_PEEPHOLE_ORDER = (0, 2, 1)  # LSTM's P: ONNX i, o, f from singa_lite's i, f, o
 
 
 def _onnx_weight(g: GraphBuilder, w: Value, order: tuple[int, ...], hidden: int) -> str:
@@ -652,14 +650,14 @@ def _recurrent(kind: str, cell: bool) -> Converter:
     def convert(g: GraphBuilder, op: Any, xs: list[Value], ys: list[Value]) -> None:
         n_states = len(op.state_names)
         x, states, (Wx, Wh, Bx, Bh, *peephole) = xs[0], xs[1 : 1 + n_states], xs[1 + n_states :]
-        hidden, order = Wh.shape[0], _GATE_ORDER[kind]
+        hidden, order = Wh.shape[0], GATE_ORDER[kind]
         W, R = _onnx_weight(g, Wx, order, hidden), _onnx_weight(g, Wh, order, hidden)
         B = g.one("Concat", [_onnx_weight(g, Bx, order, hidden), _onnx_weight(g, Bh, order, hidden)], axis=1)
         xin = g.unsqueeze(x.name, [0]) if cell else x.name
         init = [g.unsqueeze(s.name, [0]) for s in states]
         ins = [xin, W, R, B, "", *init]  # "": no sequence_lens
         if peephole:  # LSTM's P, the input after the initial states
-            ins.append(_onnx_weight(g, peephole[0], _PEEPHOLE_ORDER, hidden))
+            ins.append(_onnx_weight(g, peephole[0], PEEPHOLE_ORDER, hidden))
         attrs: dict[str, Any] = {"hidden_size": hidden, "direction": "reverse" if op.reverse else None}
         if kind == "RNN":
             attrs["activations"] = ["Tanh" if op.nonlinearity == "tanh" else "Relu"]

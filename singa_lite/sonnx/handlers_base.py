@@ -89,6 +89,13 @@ class Node:
         return self.opt_ints(input_value)
 
 
+# ONNX's recurrent gate blocks against singa_lite's: the same permutation both ways (its own
+# inverse), used by the importer and the exporter. LSTM: ONNX i, o, f, c / singa_lite i, f, o,
+# g; GRU's z, r, h and RNN's one gate agree. LSTM's peepholes P: ONNX i, o, f / singa_lite i, f, o.
+GATE_ORDER = {"LSTM": (0, 2, 1, 3), "GRU": (0, 1, 2), "RNN": (0,)}
+PEEPHOLE_ORDER = (0, 2, 1)
+
+
 def proto_array(t: TensorProto, what: str) -> np.ndarray:
     """``t`` as a NumPy array, or an ``OnnxError`` naming it when its contents are damaged
     (a data type onnx does not know, data that does not fill the declared dims...): such a

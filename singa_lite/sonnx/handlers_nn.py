@@ -14,7 +14,14 @@ import numpy as np
 
 from singa_lite import ops
 from singa_lite.ops import conv_infer, unary
-from singa_lite.sonnx.handlers_base import Node, onnx_pads_to_pairs, window_pads, wrap
+from singa_lite.sonnx.handlers_base import (
+    GATE_ORDER,
+    PEEPHOLE_ORDER,
+    Node,
+    onnx_pads_to_pairs,
+    window_pads,
+    wrap,
+)
 from singa_lite.tensor import Tensor
 
 # ruff: noqa: N802  (handlers and ONNX input names follow the ONNX spelling)
@@ -346,13 +353,6 @@ def Upsample(n: Node, x: Tensor, scales: Tensor | None = None) -> Tensor:
 
 
 # -- recurrent layers ----------------------------------------------------------------------------
-# Positions of ONNX's gate blocks in singa_lite's order: LSTM ONNX (i, o, f, c) -> (i, f, o, g);
-# GRU (z, r, h) and RNN already agree.
-_GATE_ORDER = {"LSTM": [0, 2, 1, 3], "GRU": [0, 1, 2], "RNN": [0]}
-# LSTM's peephole weights P: ONNX (i, o, f) -> singa_lite (i, f, o).
-_PEEPHOLE_ORDER = [0, 2, 1]
-
-
 def _recurrent(
     n: Node,
     x: Tensor,
@@ -380,7 +380,7 @@ def _recurrent(
         states = [None if s is None else ops.transpose(s, (1, 0, 2)) for s in states]
     T, N, _ = x.shape
     batches = _LengthBatches.of(n, seq_lens, T, N)
-    order = _GATE_ORDER[n.op]
+    order = GATE_ORDER[n.op]
     k = len(order)
     ys, finals = [], []
     for d in range(dirs):
@@ -397,7 +397,7 @@ def _recurrent(
             wrap(x.device.xp.zeros((N, H), dtype=x.dtype), x) if s is None else ops.getitem(s, d)
             for s in states
         ]
-        Pd = None if P is None else _gate_vector(ops.getitem(P, d), _PEEPHOLE_ORDER, H)
+        Pd = None if P is None else _gate_vector(ops.getitem(P, d), PEEPHOLE_ORDER, H)
         cell = _DirectionRun(n, Wx, Wh, Bx, Bh, Pd)
         reverse = direction == "reverse" or d == 1
         y, *last = cell(x, init, reverse) if batches is None else batches.run(cell, x, init, reverse)
@@ -512,18 +512,18 @@ def _default_activations(n: Node, dirs: int) -> bool:
     return acts == defaults[n.op] * dirs
 
 
-def _gate_matrix(W: Tensor, d: int, order: list[int], H: int) -> Tensor:
+def _gate_matrix(W: Tensor, d: int, order: tuple[int, ...], H: int) -> Tensor:
     """ONNX ``W[d]`` (gates*H, I) as singa_lite's ``(I, gates*H)`` in singa_lite's gate order."""
     k = len(order)
     w = ops.getitem(W, d)
-    if order != list(range(k)):
+    if order != tuple(range(k)):
         w = ops.reshape(ops.getitem(ops.reshape(w, (k, H, -1)), np.asarray(order)), (k * H, -1))
     return ops.transpose(w, (1, 0))
 
 
-def _gate_vector(b: Tensor, order: list[int], H: int) -> Tensor:
+def _gate_vector(b: Tensor, order: tuple[int, ...], H: int) -> Tensor:
     k = len(order)
-    if order == list(range(k)):
+    if order == tuple(range(k)):
         return b
     return ops.reshape(ops.getitem(ops.reshape(b, (k, H)), np.asarray(order)), (k * H,))
 
