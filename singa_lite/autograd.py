@@ -22,8 +22,7 @@ import contextlib
 from collections.abc import Iterator
 from typing import Any
 
-import numpy as np
-
+from singa_lite import backend
 from singa_lite.errors import ArgumentError, AutogradError, DeviceError, ShapeError
 from singa_lite.tensor import Tensor
 
@@ -51,8 +50,9 @@ def no_grad() -> Iterator[None]:
 def host_values(t: Tensor) -> Any:
     """``t``'s values as a host (NumPy) array, for code that decides something from them (a
     shape, the lengths of sequences). Graph mode notes the read: a replay is only valid for
-    the same values, so it records the step again when they change (see ``model._Graph``)."""
-    values = np.asarray(t)
+    the same values, so it records the step again when they change (see ``model._Graph``).
+    The read goes through ``backend.to_host``, so ``backend.count_host_reads`` sees it."""
+    values = backend.to_host(t.data)
     if _tape is not None:
         _tape.append(("read", t, values.copy()))
     return values
@@ -86,6 +86,7 @@ class Operator:
         dev = _common_device(self, xs)
         self.xp = dev.xp
         self.device = dev
+        dev.activate()
         ys = self.forward_arrays([x.data for x in xs])
         record = training and _grad_enabled and any(x.requires_grad for x in xs)
         if record:
@@ -268,6 +269,7 @@ def backward(y: Tensor, dy: Any = None, retain_graph: bool | None = None) -> Ite
             continue
         if op.released:  # only reachable through a cached plan: _topological checks the rest
             raise AutogradError(f"backward: {op.name} was freed by an earlier backward through it")
+        op.device.activate()
         if any(d is None for d in dys):
             optional = op.optional_grads
             dys = [

@@ -37,8 +37,14 @@ class Device:
     set_rand_seed = SetRandSeed
 
     def Sync(self) -> None:  # noqa: N802 (SINGA's name)
-        """Block until all queued work on this device has finished."""
+        """Block until all queued work on this device has finished, on every stream."""
         self.backend.synchronize(self._id)
+
+    def activate(self) -> None:
+        """Make this the current CUDA device of the calling thread (nothing on the CPU): ops,
+        tensors and optimizer slots call it before allocating, so a tensor on ``cuda:1``
+        gets outputs, gradients and slots on ``cuda:1`` whatever device CuPy had current."""
+        self.backend.activate(self._id)
 
     sync = Sync
 

@@ -20,6 +20,7 @@ is recorded again.
 
 from __future__ import annotations
 
+import os
 import warnings
 from collections.abc import Sequence
 from numbers import Integral
@@ -292,6 +293,14 @@ class _Graph:
         index = {id(a): i for i, a in enumerate(inputs) if isinstance(a, Tensor)}
         self.value_guards = [(index[id(e[1])], e[2]) for e in tape if e[0] == "read" and id(e[1]) in index]
         self.tape = [e for e in tape if e[0] != "read" or id(e[1]) in computed]
+        # CUDA-graph capture (see _try_capture): the optimizers whose steps were recorded.
+        self.optimizers = list(
+            {id(o): o for e in tape if e[0] == "step" for o in [_owner(e[1])] if o}.values()
+        )
+        self.replays = 0
+        self.cuda_graph: Any = None
+        self.capture_refusal: str | None = None
+        self._failed: Any = None
 
     def values_hold(self, args: tuple) -> bool:
         """Whether the inputs' host values the recorded step read are the same in ``args``."""
@@ -320,6 +329,59 @@ class _Graph:
         for a, r in zip(args, self.inputs):
             if isinstance(r, Tensor):
                 r.data[...] = a.data
+        self.replays += 1
+        if self.cuda_graph is None and self.replays >= _CAPTURE_AFTER and self.capture_refusal is None:
+            self._try_capture()
+        if self.cuda_graph is not None:
+            self.cuda_graph.launch()
+            return self.out
+        self._run_tape()
+        return self.out
+
+    def _try_capture(self) -> None:
+        """Capture the step into a CUDA graph (on a CuPy device), or note once why not."""
+        reason = self._capture_blocker()
+        if reason is None:
+            from singa_lite.backend.cuda_graph import StepGraph
+
+            dev = next(a.device for a in self.inputs if isinstance(a, Tensor))
+            g = StepGraph(dev.xp)
+            rngs = [d.rng for d in {a.device for a in self.inputs if isinstance(a, Tensor)}]
+            counters = [(r, "counter") for r in rngs] + [(o, "step_counter") for o in self.optimizers]
+            for r in rngs:
+                r._capture_start = r.counter
+            try:
+                g.capture(self._run_tape, counters)
+                self.cuda_graph = g
+                return
+            except Exception as e:  # any failure means: replay without a graph
+                self._failed = g  # its memory may back arrays the failed capture made
+                reason = f"{type(e).__name__}: {e}"
+            finally:
+                for r in rngs:
+                    del r._capture_start
+        self.capture_refusal = reason
+        if reason != "":
+            warnings.warn(
+                f"graph mode: the step runs without a CUDA graph ({reason}); it is replayed op by op",
+                stacklevel=4,
+            )
+
+    def _capture_blocker(self) -> str | None:
+        """Why this step is not captured ("" when that needs no saying: not on a GPU, or
+        turned off by SINGA_LITE_CUDA_GRAPH=0); None when it can be tried."""
+        devices = {a.device for a in self.inputs if isinstance(a, Tensor)}
+        if len(devices) != 1 or next(iter(devices)).backend.name != "cupy":
+            return ""
+        if os.environ.get("SINGA_LITE_CUDA_GRAPH", "1") == "0":
+            return ""
+        if self.value_guards or any(e[0] == "read" for e in self.tape):
+            return "the step reads tensor values on the host"
+        if not all(hasattr(r, "counter") for r in (d.rng for d in devices)):
+            return "the device's generator has no counter"
+        return None
+
+    def _run_tape(self) -> None:
         autograd._retain_graph = True
         try:
             for entry in self.tape:
@@ -335,7 +397,17 @@ class _Graph:
                     o.data = y
         finally:
             autograd._retain_graph = False
-        return self.out
+
+
+_CAPTURE_AFTER = 2
+"""Replays run op by op before a capture: the first ones create optimizer slots and
+momentum buffers, which a captured step must find already made."""
+
+
+def _owner(fn: Any) -> Any:
+    """The optimizer a recorded update step belongs to (its ``step_counter`` advances)."""
+    owner = getattr(fn, "__self__", None)
+    return owner if hasattr(owner, "step_counter") else None
 
 
 def _flag(model: Model, method: str, name: str, value: Any) -> bool:

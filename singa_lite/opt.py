@@ -402,6 +402,12 @@ class Optimizer(abc.ABC):
                 values[name] = Tensor(device=param.device, data=arr, dtype=param.dtype).data
         self._unplaced.discard(name)
 
+    def _lr_operand(self, xp: Any, c: Any) -> Any:
+        """The learning rate as a kernel operand of type ``c``: a number, or inside a CUDA-graph
+        capture a device scalar set before every launch (``backend.step_scalar``), so that a
+        replayed step follows the schedule instead of the step it was captured in."""
+        return backend.step_scalar(xp, c, ("lr", id(self)), lambda: self.lr_value)
+
     @staticmethod
     def _slot(values: dict, name: str, p: Any, xp: Any) -> Any:
         """The slot array of ``name``, created as zeros like ``p`` on first use."""
@@ -499,7 +505,7 @@ class SGD(Optimizer):
                 g = d
             else:
                 g = buf
-        p -= c(self.lr_value) * g
+        p -= self._lr_operand(xp, c) * g
 
 
 class Adam(Optimizer):
@@ -544,9 +550,10 @@ class Adam(Optimizer):
     def apply(self, param_name: str, param_value: Tensor, param_grad: Tensor) -> None:
         """One Adam update of ``param_value`` in place (see the class docstring)."""
         p, g, xp, c = self._prepare(param_name, param_value, param_grad)
-        lr, b1, b2 = self.lr_value, self.beta_1, self.beta_2
+        b1, b2 = self.beta_1, self.beta_2
         if self.weight_decay and self._decoupled_decay:
-            p *= c(1 - lr * self.weight_decay)
+            wd = self.weight_decay
+            p *= backend.step_scalar(xp, c, ("decay", id(self)), lambda: 1 - self.lr_value * wd)
         elif self.weight_decay:
             g = _decayed(xp, p, g, c(self.weight_decay))
         m = self._slot(self.m, param_name, p, xp)
@@ -558,12 +565,16 @@ class Adam(Optimizer):
         s *= c(1 - b2)
         v *= c(b2)
         v += s
-        t = self.step_counter + 1
+        # Bias corrections at t = step_counter + 1, as per-step scalars (see _lr_operand).
         xp.sqrt(v, out=s)
-        s /= c(math.sqrt(1 - b2**t))
+        s /= backend.step_scalar(
+            xp, c, ("bc2", id(self)), lambda: math.sqrt(1 - b2 ** (self.step_counter + 1))
+        )
         s += c(self.epsilon)
         xp.divide(m, s, out=s)
-        s *= c(lr / (1 - b1**t))
+        s *= backend.step_scalar(
+            xp, c, ("lr_bc1", id(self)), lambda: self.lr_value / (1 - b1 ** (self.step_counter + 1))
+        )
         p -= s
 
 
@@ -612,7 +623,7 @@ class AdaGrad(Optimizer):
         h = self._slot(self.history, param_name, p, xp)
         s = xp.multiply(g, g)  # the one scratch array of this update
         h += s
-        _scaled_step(xp, p, g, h, c(self.lr_value), c(self.epsilon), s)
+        _scaled_step(xp, p, g, h, self._lr_operand(xp, c), c(self.epsilon), s)
 
 
 class RMSProp(Optimizer):
@@ -656,7 +667,7 @@ class RMSProp(Optimizer):
         s *= c(1 - self.rho)
         r *= c(self.rho)
         r += s
-        _scaled_step(xp, p, g, r, c(self.lr_value), c(self.epsilon), s)
+        _scaled_step(xp, p, g, r, self._lr_operand(xp, c), c(self.epsilon), s)
 
 
 def __getattr__(name: str) -> Any:

@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from singa_lite import backend as _backend
 from singa_lite import device as _device
 from singa_lite.errors import ArgumentError, DTypeError, ShapeError
 
@@ -70,6 +71,7 @@ class Tensor:
         name: str | None = None,
     ) -> None:
         dev = device if device is not None else _device.get_default_device()
+        dev.activate()
         arr: Any
         if data is None:
             d = as_dtype(float32 if dtype is None else dtype)
@@ -77,10 +79,8 @@ class Tensor:
         else:
             # The tensor owns a copy, as SINGA's constructor does: writing into it (placeholders
             # filled with copy_from_numpy, in-place updates) never touches the caller's data.
-            from singa_lite import backend
-
             src = data.data if isinstance(data, Tensor) else data
-            if backend.backend_of(src).name == "numpy":
+            if _backend.backend_of(src).name == "numpy":
                 src = np.array(src)  # a copy; also takes lists and Python scalars
                 if src.dtype == object:
                     raise DTypeError("Tensor: object arrays are not supported")
@@ -147,15 +147,19 @@ class Tensor:
         return f"Tensor(shape={self.shape}, dtype={self.dtype}, device={self.device}{name})"
 
     def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
-        arr = self.device.backend.to_numpy(self.data)
+        arr = _backend.to_host(self.data)
         return arr if dtype is None else arr.astype(dtype)
+
+    def _scalar(self) -> Any:
+        """The one value of a one-element tensor, as a Python scalar (one counted host read)."""
+        return _backend.to_host(self.data.reshape(())).item()
 
     def __bool__(self) -> bool:
         """A one-element tensor is as true as its value (NumPy's rule). Any other tensor is true,
         as every tensor object is in SINGA, whose scripts write ``if labels:`` for "is not None";
         NumPy would call that ambiguous, so it warns once per call site."""
         if self.size() == 1:
-            return bool(self.data.reshape(()).item())
+            return bool(self._scalar())
         warnings.warn(
             f"bool() of a Tensor of shape {self.shape} is True, as any tensor object is in SINGA; "
             "test `is not None`, or reduce first (e.g. `(t > 0).all()`) to test the values",
@@ -164,21 +168,24 @@ class Tensor:
         return True
 
     def __float__(self) -> float:
-        return float(self.data.reshape(()).item())
+        return float(self._scalar())
 
     def __int__(self) -> int:
-        return int(self.data.reshape(()).item())
+        return int(self._scalar())
 
     __hash__ = object.__hash__
 
     # -- copies and conversions (not recorded) ----------------------------------------------
     def copy_from_numpy(self, np_array: Any, offset: int = 0) -> None:
-        """Copy a NumPy array's values into this tensor's memory, from element ``offset`` on.
+        """Copy an array's values into this tensor's memory, from element ``offset`` on.
 
-        The values are copied (never shared with ``np_array``) and cast to this tensor's dtype;
-        the tensor keeps its array, so placeholders and parameters stay the same objects.
+        ``np_array`` may be a NumPy array (or anything ``np.asarray`` takes) or a device array
+        (CuPy), which is copied without a round trip through the host when it is on this
+        tensor's device. The values are copied (never shared with ``np_array``) and cast to
+        this tensor's dtype; the tensor keeps its array, so placeholders and parameters stay
+        the same objects.
         """
-        src = np.asarray(np_array)
+        src = _host_or_device_array(np_array)
         n = src.size
         if offset < 0 or offset + n > self.size():
             raise ShapeError(
@@ -187,7 +194,7 @@ class Tensor:
         if not self.data.flags.c_contiguous:
             self.data = self.device.xp.ascontiguousarray(self.data)
         dst = self.data.reshape(-1)  # a view: the data is contiguous
-        dst[offset : offset + n] = self.device.backend.from_numpy(src.reshape(-1), self.device.id())
+        dst[offset : offset + n] = _to_device_array(src.reshape(-1), self.device)
 
     def copy_from(self, t: Tensor | Any) -> None:
         """Copy another tensor's (or array's) values into this one, across devices if needed."""
@@ -237,9 +244,19 @@ class Tensor:
 
     # -- in-place fills (not recorded) ------------------------------------------------------
     def set_value(self, x: Any) -> Tensor:
-        """Fill every element with ``x``."""
-        self.data[...] = x
+        """Fill every element with ``x`` (a scalar, or an array or tensor that broadcasts)."""
+        self.data[...] = self._value_for(x)
         return self
+
+    def _value_for(self, x: Any) -> Any:
+        """``x`` made assignable into ``self.data``: scalars as they are (a kernel argument,
+        no transfer), tensors' and arrays' values moved to this tensor's device (CuPy refuses
+        host arrays in assignments, and NumPy device arrays)."""
+        if isinstance(x, Tensor):
+            x = x.data
+        if isinstance(x, (bool, int, float, complex, np.generic)):
+            return x
+        return _to_device_array(_host_or_device_array(x), self.device)
 
     def gaussian(self, mean: float = 0.0, std: float = 1.0) -> Tensor:
         """Fill with normal samples from this device's seeded generator."""
@@ -282,8 +299,19 @@ class Tensor:
         return getitem(self, key)
 
     def __setitem__(self, key: Any, value: Any) -> None:
-        """In-place, unrecorded assignment (for filling inputs, not for training graphs)."""
-        self.data[key] = value.data if isinstance(value, Tensor) else value
+        """In-place, unrecorded assignment (for filling inputs, not for training graphs).
+        ``value`` and index arrays in ``key`` may live on any device: they are moved to this
+        tensor's."""
+        self.data[self._key_for(key)] = self._value_for(value)
+
+    def _key_for(self, key: Any) -> Any:
+        if isinstance(key, tuple):
+            return tuple(self._key_for(k) for k in key)
+        if isinstance(key, Tensor):
+            key = key.data
+        if isinstance(key, list) or (hasattr(key, "shape") and hasattr(key, "dtype") and key.ndim > 0):
+            return _to_device_array(_host_or_device_array(key), self.device)
+        return key
 
     # -- arithmetic (recorded) --------------------------------------------------------------
     def _other(self, x: Any) -> Tensor:
@@ -397,14 +425,25 @@ def _float_for(dtype: np.dtype) -> Any:
     return dtype if dtype in (np.float32, np.float64) else np.float32
 
 
-def _to_device_array(data: Any, dev: _device.Device) -> Any:
-    """``data`` (any array-like, any device) as an array of ``dev``'s backend."""
-    from singa_lite import backend
+def _host_or_device_array(data: Any) -> Any:
+    """``data`` as an array: device arrays as they are, anything else through ``np.asarray``
+    (which CuPy arrays refuse: implicit device-to-host conversion is an error there)."""
+    if _backend.backend_of(data).name != "numpy":
+        return data
+    arr = np.asarray(data)
+    if arr.dtype == object:
+        raise DTypeError(f"object arrays are not supported (got {type(data).__name__})")
+    return arr
 
-    src = backend.backend_of(data)
+
+def _to_device_array(data: Any, dev: _device.Device) -> Any:
+    """``data`` (any array-like, any device) as an array of ``dev``'s backend: itself when it
+    already is one, else one transfer (a device-to-device copy between two GPUs goes through
+    the host, counted as a host read)."""
+    src = _backend.backend_of(data)
     if src is dev.backend and (src.name == "numpy" or int(data.device.id) == dev.id()):
         return data
-    host = src.to_numpy(data) if src.name != "numpy" else np.asarray(data)
+    host = _backend.to_host(data) if src.name != "numpy" else np.asarray(data)
     return dev.backend.from_numpy(host, dev.id())
 
 
@@ -413,10 +452,9 @@ PlaceHolder = Tensor
 
 
 def from_numpy(np_array: Any, dev: _device.Device | None = None) -> Tensor:
-    """A tensor holding a copy of ``np_array`` (on ``dev``, the default device if omitted)."""
-    arr = np.asarray(np_array)
-    if arr.dtype == object:
-        raise DTypeError("from_numpy: object arrays are not supported")
+    """A tensor holding a copy of ``np_array`` (on ``dev``, the default device if omitted).
+    A CuPy array is accepted too: copied on its GPU, or moved to ``dev``."""
+    arr = _host_or_device_array(np_array)
     return Tensor(device=dev, data=arr, requires_grad=False)  # the constructor copies
 
 

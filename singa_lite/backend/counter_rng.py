@@ -15,6 +15,8 @@ from typing import Any
 
 import numpy as np
 
+from singa_lite import backend
+
 _MASK = (1 << 64) - 1
 _GOLDEN = 0x9E3779B97F4A7C15
 _C1 = 0xBF58476D1CE4E5B9
@@ -43,8 +45,14 @@ class CounterRNG:
     def _bits(self, n: int) -> Any:
         xp = self.xp
         u64 = xp.uint64
-        i = xp.arange(n, dtype=u64) + u64(self.counter)
-        self.counter = (self.counter + n) & _MASK
+        # The counter as a per-step scalar: inside a CUDA-graph capture a device value set
+        # before every launch, so each replayed step draws new numbers.
+        start, offset = self.counter, self.counter - getattr(self, "_capture_start", self.counter)
+        base = backend.step_scalar(
+            xp, u64, ("rng", id(self), offset), lambda: (self.counter + offset) & _MASK
+        )
+        i = xp.arange(n, dtype=u64) + base
+        self.counter = (start + n) & _MASK
         z = i * u64(_GOLDEN) + u64(self._key)  # uint64 arithmetic wraps modulo 2**64
         z = (z ^ (z >> u64(30))) * u64(_C1)
         z = (z ^ (z >> u64(27))) * u64(_C2)

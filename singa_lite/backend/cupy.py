@@ -7,6 +7,7 @@ for error messages and test skips.
 
 from __future__ import annotations
 
+import types
 from typing import Any
 
 import numpy
@@ -18,6 +19,21 @@ xp: Any = None
 AVAILABLE = False
 UNAVAILABLE_REASON = ""
 
+
+def _ops_module(cupy: Any) -> Any:
+    """CuPy as the ops see it: the module's own namespace, with the matrix products going
+    through ``cupy_blas`` (cuBLAS called directly, which a CUDA graph can capture). A module
+    object named ``cupy``, so attribute lookups cost what they cost on CuPy itself."""
+    from singa_lite.backend.cupy_blas import Blas
+
+    mod = types.ModuleType("cupy", cupy.__doc__)
+    mod.__dict__.update(vars(cupy))
+    mod.__dict__["__getattr__"] = lambda name: getattr(cupy, name)  # CuPy's lazy submodules
+    blas = Blas(cupy)
+    mod.__dict__.update(matmul=blas.matmul, dot=blas.dot, tensordot=blas.tensordot, blas=blas)
+    return mod
+
+
 try:
     import cupy as _cupy
 
@@ -27,7 +43,7 @@ try:
         _count = 0
         UNAVAILABLE_REASON = f"CuPy is installed but CUDA is not usable: {e}"
     if _count > 0:
-        xp = _cupy
+        xp = _ops_module(_cupy)
         AVAILABLE = True
     elif not UNAVAILABLE_REASON:
         UNAVAILABLE_REASON = "CuPy is installed but sees no GPU"
@@ -46,9 +62,35 @@ def to_numpy(a: Any) -> numpy.ndarray:
     return xp.asnumpy(a)
 
 
+_deferred: dict[str, list] = {}  # key -> [0-d bool device flag, make_error]
+
+
+def defer_check(bad: Any, key: str, make_error: Any) -> None:
+    """Keep ``bad`` (a 0-d bool device array) OR-ed into ``key``'s flag; see ``backend.check``."""
+    entry = _deferred.get(key)
+    if entry is None:
+        _deferred[key] = [bad.astype(xp.bool_, copy=True), make_error]
+    else:
+        xp.logical_or(entry[0], bad, out=entry[0])
+        entry[1] = make_error
+
+
+def raise_deferred() -> None:
+    """Read every deferred flag (one small transfer), clear them, raise the first that is set."""
+    if not _deferred:
+        return
+    keys = list(_deferred)
+    flags = xp.stack([_deferred[k][0] for k in keys]).get()
+    for k in keys:
+        _deferred[k][0].fill(False)  # the same arrays: a captured graph keeps writing them
+    for k, f in zip(keys, flags):
+        if f:
+            raise _deferred[k][1]()
+
+
 def from_numpy(a: numpy.ndarray, device_id: int = 0) -> Any:
     with xp.cuda.Device(device_id):
-        return xp.asarray(a)
+        return xp.asarray(a)  # one host-to-device copy (CuPy stages it through pinned memory)
 
 
 def new_rng(seed: int | None, device_id: int = 0) -> Any:
@@ -66,8 +108,18 @@ def set_rng_state(rng: Any, state: dict) -> None:
 
 
 def synchronize(device_id: int = 0) -> None:
-    with xp.cuda.Device(device_id):
-        xp.cuda.Stream.null.synchronize()
+    # The whole device, every stream: the legacy stream's synchronize alone returns while work
+    # queued on a non-blocking stream (CUDA-graph replay, user streams) still runs.
+    xp.cuda.Device(device_id).synchronize()
+    raise_deferred()
+
+
+def activate(device_id: int) -> None:
+    """Make ``device_id`` the calling thread's current CUDA device, so that arrays an op or an
+    optimizer allocates land on the device of its tensors (a cheap runtime query when it
+    already is, the case of every one-GPU process)."""
+    if xp.cuda.runtime.getDevice() != device_id:
+        xp.cuda.runtime.setDevice(device_id)
 
 
 def device_count() -> int:

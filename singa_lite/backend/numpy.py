@@ -85,5 +85,9 @@ def synchronize(device_id: int = -1) -> None:
     """Host arrays are always in sync."""
 
 
+def activate(device_id: int = -1) -> None:
+    """The host has no current device to switch."""
+
+
 def device_count() -> int:
     return 0

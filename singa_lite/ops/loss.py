@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from singa_lite import backend
 from singa_lite.autograd import Operator
 from singa_lite.errors import DTypeError
 from singa_lite.tensor import Tensor
@@ -76,9 +77,13 @@ class _Loss(Operator):
             if t.shape[0] != N:
                 raise self.error(f"{t.shape[0]} labels for a batch of {N}", x, t)
             bad = (t < 0) | (t >= C)
-            if bad.any():
-                value = int(t[self.xp.argmax(bad)])
-                raise self.error(f"label {value} is out of range for {C} classes", x, t)
+
+            def error() -> Exception:
+                # Called at once on the host; on a device at the next host read (t may be gone).
+                label = f"label {int(t[np.argmax(bad)])}" if isinstance(t, np.ndarray) else "a label"
+                return self.error(f"{label} is out of range for {C} classes", x, t)
+
+            backend.check(bad.any(), f"{self.name}: labels in [0, {C})", error)
             return True
         if t.shape != x.shape:
             raise self.error("targets must be labels of shape (N,) or per-class of shape (N, C)", x, t)
