@@ -3,16 +3,23 @@
 Part of the shape family (re-exported by :mod:`singa_lite.ops.shape`). Index arguments may be
 ints, lists, NumPy arrays or integer Tensors; they never receive a gradient. Gradients of ops
 that can read one element several times (advanced indexing, gather) add up the repeats.
+
+Integer indices are range-checked on every backend, since CuPy wraps out-of-range ones around
+silently: indices given on the host before upload, at no cost; Tensors' with one counted host
+read (``backend.to_host``) per op. Writes with repeated indices never rely on which write a
+backend lets win: ScatterElements orders them explicitly (last write wins, as in NumPy).
 """
 
 from __future__ import annotations
 
 import builtins
+import math
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
+from singa_lite import backend
 from singa_lite.autograd import Operator
 from singa_lite.errors import DTypeError, ShapeError
 from singa_lite.ops._util import normalize_axis, unbroadcast
@@ -108,7 +115,11 @@ def _onnx_slice(start: int, end: int, step: int, dim: int) -> builtins.slice:
 
 
 class GetItem(_ScatterBack):
-    """NumPy indexing, basic and advanced; index arrays may be Tensors."""
+    """NumPy indexing, basic and advanced; index arrays may be Tensors.
+
+    Integer indices are bounds-checked here on every backend: NumPy checks them too, but CuPy
+    wraps an out-of-range index around silently.
+    """
 
     def __init__(self, key: Any) -> None:
         super().__init__()
@@ -117,6 +128,8 @@ class GetItem(_ScatterBack):
     def forward(self, x: Any) -> Any:
         self.in_shape = x.shape
         key = self.key if isinstance(self.key, tuple) else (self.key,)
+        key = tuple(self.on_host_or_here(k) for k in key)
+        self.check_bounds(x, key)
         self.k = tuple(self.as_index(k) for k in key)
         try:
             y = x[self.k]
@@ -127,12 +140,56 @@ class GetItem(_ScatterBack):
         self.accumulate = any(hasattr(k, "dtype") and k.dtype != np.bool_ for k in self.k)
         return y
 
+    def check_bounds(self, x: Any, key: tuple) -> None:
+        """``IndexError`` for an integer index outside ``[-n, n)`` of the axis it indexes.
+
+        Host indices (ints, lists, NumPy arrays) are checked before upload, for free. Those
+        that already live on the device (Tensors) can only be checked by reading their range
+        back: one counted host read for all of them, a synchronisation on a GPU.
+        """
+        on_device = []
+        for k, axis in zip(key, _key_axes(key, x.ndim)):
+            if axis is None or axis >= x.ndim or isinstance(k, (bool, np.bool_, _slice)):
+                continue
+            arr = k.data if isinstance(k, Tensor) else k
+            if not hasattr(arr, "dtype"):
+                if not isinstance(arr, (int, np.integer)):
+                    continue
+                arr = np.asarray(arr)
+            if arr.dtype.kind not in "iu" or arr.size == 0:
+                continue
+            if isinstance(arr, np.ndarray) and not isinstance(k, Tensor):
+                self._raise_outside(x, axis, int(arr.min()), int(arr.max()))
+            else:
+                xp = backend.get_array_module(arr)
+                on_device.append((axis, xp.stack([arr.min(), arr.max()]).astype(np.int64)))
+        if on_device:
+            xp = backend.get_array_module(on_device[0][1])
+            bounds = backend.to_host(xp.concatenate([b for _, b in on_device]))
+            for i, (axis, _) in enumerate(on_device):
+                self._raise_outside(x, axis, int(bounds[2 * i]), int(bounds[2 * i + 1]))
+
+    def _raise_outside(self, x: Any, axis: int, lo: int, hi: int) -> None:
+        n = x.shape[axis]
+        if lo < -n or hi >= n:
+            bad = lo if lo < -n else hi
+            raise IndexError(
+                f"{self.name}: index {bad} is out of range [{-n}, {n}) for axis {axis} "
+                f"(input shape {tuple(x.shape)}, key {self.key!r})"
+            )
+
+    def on_host_or_here(self, k: Any) -> Any:
+        """Lists and another device's Tensors as NumPy arrays; anything else as it is."""
+        if isinstance(k, list):
+            return np.asarray(k)
+        if isinstance(k, Tensor) and k.device != self.device:
+            return backend.to_host(k.data)
+        return k
+
     def as_index(self, k: Any) -> Any:
         if isinstance(k, Tensor):
-            if k.device != self.device:
-                return self.device.backend.from_numpy(np.asarray(k), self.device.id())
             return k.data
-        if isinstance(k, (list, np.ndarray)):
+        if isinstance(k, np.ndarray):
             arr = self.xp.asarray(k)
             return arr.astype(np.int64) if arr.size == 0 and arr.dtype.kind == "f" else arr
         return k
@@ -141,31 +198,85 @@ class GetItem(_ScatterBack):
         return self.scatter(dy, self.k, accumulate=self.accumulate)
 
 
-def _indices(indices: Any, dev: Any, opname: str) -> Tensor:
-    """``indices`` (int, list, array or Tensor) as an integer tensor on ``dev``, no gradient."""
-    if isinstance(indices, Tensor):
-        arr = indices.data if indices.device == dev else dev.backend.from_numpy(np.asarray(indices), dev.id())
-    else:
-        host = np.asarray(indices)
-        if host.size == 0 and host.dtype.kind == "f":
-            host = host.astype(np.int64)
-        arr = dev.backend.from_numpy(host, dev.id())
-    if arr.dtype.kind not in "iu":
-        raise DTypeError(f"{opname}: indices must be integers, got dtype {arr.dtype}")
-    return Tensor._wrap(arr, dev, False, None, 0)
+def _key_axes(key: tuple, ndim: int) -> list[int | None]:
+    """The first axis of ``x`` that each entry of a NumPy index ``key`` indexes (None: none)."""
+
+    def width(k: Any) -> int:
+        if k is None or k is Ellipsis or isinstance(k, (bool, np.bool_)):
+            return 0
+        if hasattr(k, "dtype") and k.dtype == np.bool_:
+            return len(k.shape)  # a mask spans as many axes as it has
+        return 1
+
+    widths = [width(k) for k in key]
+    rest = max(ndim - sum(widths), 0)
+    axes: list[int | None] = []
+    axis = 0
+    for k, w in zip(key, widths):
+        if k is Ellipsis:
+            axis += rest
+            rest = 0
+        axes.append(axis if w else None)
+        axis += w
+    return axes
 
 
-def _in_range(op: Operator, idx: Any, n: int, x: Any) -> Any:
-    """``idx`` with negatives counted from ``n``; ``ShapeError`` if any lies outside [-n, n)."""
-    if idx.size == 0:
-        return idx
-    lo, hi = int(idx.min()), int(idx.max())
-    if lo < -n or hi >= n:
-        raise op.error(f"index out of range [{-n}, {n}): min {lo}, max {hi}", x, idx)
-    return idx + n * (idx < 0) if lo < 0 else idx
+class _Indexed(Operator):
+    """Ops that read or write ``x`` at integer indices along one axis.
+
+    ``indices_checked`` is set by the module's functions when they have already range-checked
+    the indices on the host and made them non-negative, so ``forward`` need not look at them.
+    """
+
+    indices_checked = False
+
+    def in_range(self, idx: Any, n: int, x: Any) -> Any:
+        """``idx`` with negatives counted from ``n``; ``ShapeError`` if any lies outside [-n, n).
+
+        Device indices must be checked: CuPy's ``take`` and integer indexing wrap out-of-range
+        indices around silently. Here the indices are on the device (a Tensor), so the check
+        reads their [min, max] back: one counted host read, a synchronisation on a GPU. Indices
+        given on the host never get here (see :func:`_index_tensor`). Clamping and raising
+        later from an asynchronous error flag would avoid the wait, but the error would then
+        surface at some unrelated later read, or never.
+        """
+        if self.indices_checked or idx.size == 0:
+            return idx
+        lo, hi = (int(v) for v in backend.to_host(self.xp.stack([idx.min(), idx.max()])))
+        if lo < -n or hi >= n:
+            raise self.error(f"index out of range [{-n}, {n}): min {lo}, max {hi}", x, idx)
+        return self.xp.where(idx < 0, idx + n, idx) if lo < 0 else idx
 
 
-class Gather(Operator):
+def _index_tensor(op: _Indexed, indices: Any, x: Tensor, axis: int, opname: str) -> Tensor:
+    """``indices`` (int, list, array or Tensor) as an integer tensor on ``x``'s device, no gradient.
+
+    Indices given on the host are range-checked along ``axis`` and made non-negative here,
+    before upload, where that costs no device read; ``op`` is told so. A Tensor's indices
+    already live on the device: ``op`` checks those itself.
+    """
+    dev = x.device
+    if isinstance(indices, Tensor) and indices.device == dev:
+        if indices.dtype.kind not in "iu":
+            raise DTypeError(f"{opname}: indices must be integers, got dtype {indices.dtype}")
+        return Tensor._wrap(indices.data, dev, False, None, 0)
+    host = backend.to_host(indices.data) if isinstance(indices, Tensor) else np.asarray(indices)
+    if host.size == 0 and host.dtype.kind == "f":
+        host = host.astype(np.int64)
+    if host.dtype.kind not in "iu":
+        raise DTypeError(f"{opname}: indices must be integers, got dtype {host.dtype}")
+    n = x.shape[normalize_axis(axis, len(x.shape), op.name)]
+    if host.size:
+        lo, hi = int(host.min()), int(host.max())
+        if lo < -n or hi >= n:
+            raise op.error(f"index out of range [{-n}, {n}): min {lo}, max {hi}", x, host)
+        if lo < 0:
+            host = np.where(host < 0, host + n, host).astype(host.dtype)
+    op.indices_checked = True
+    return Tensor._wrap(dev.backend.from_numpy(host, dev.id()), dev, False, None, 0)
+
+
+class Gather(_Indexed):
     """ONNX Gather: ``take`` along ``axis``; output shape ``x[:axis] + indices + x[axis+1:]``."""
 
     def __init__(self, axis: int = 0) -> None:
@@ -174,7 +285,7 @@ class Gather(Operator):
 
     def forward(self, x: Any, indices: Any) -> Any:
         self.axis_ = normalize_axis(self.axis, x.ndim, self.name)
-        self.idx = _in_range(self, indices, x.shape[self.axis_], x)
+        self.idx = self.in_range(indices, x.shape[self.axis_], x)
         self.in_shape = x.shape
         return self.xp.take(x, self.idx, axis=self.axis_)
 
@@ -197,13 +308,25 @@ def _along_axis(xp: Any, idx: Any, axis: int) -> tuple:
     return tuple(grid)
 
 
-def _check_along_axis(op: Operator, x: Any, idx: Any, axis: int) -> Any:
+def _flat_positions(xp: Any, idx: Any, axis: int, shape: tuple) -> Any:
+    """The C-order flat positions, in an array of ``shape``, that ``_along_axis`` addresses (1-D)."""
+    strides = [math.prod(shape[d + 1 :]) for d in range(len(shape))]
+    flat = idx.astype(np.int64) * strides[axis]
+    for d, n in enumerate(idx.shape):
+        if d != axis:
+            row = [1] * idx.ndim
+            row[d] = n
+            flat = flat + xp.arange(n, dtype=np.int64).reshape(row) * strides[d]
+    return flat.reshape(-1)
+
+
+def _check_along_axis(op: _Indexed, x: Any, idx: Any, axis: int) -> Any:
     if idx.ndim != x.ndim or any(i > s for d, (i, s) in enumerate(zip(idx.shape, x.shape)) if d != axis):
         raise op.error("indices need the input's rank and no larger size off the axis", x, idx)
-    return _in_range(op, idx, x.shape[axis], x)
+    return op.in_range(idx, x.shape[axis], x)
 
 
-class GatherElements(Operator):
+class GatherElements(_Indexed):
     """ONNX GatherElements: ``y[i][j] = x[idx[i][j]][j]`` for axis 0 (and so on)."""
 
     def __init__(self, axis: int = 0) -> None:
@@ -222,11 +345,39 @@ class GatherElements(Operator):
         return dx, None
 
 
-class ScatterElements(Operator):
+def _runs(xp: Any, pos: Any) -> tuple[Any, Any, Any]:
+    """``pos`` sorted stably, the permutation that sorts it, and where each run of equal
+    positions ends: the last element of a run is the last write to that position."""
+    order = xp.argsort(pos, kind="stable")
+    sorted_pos = pos[order]
+    last = xp.ones(pos.shape, dtype=np.bool_)
+    last[:-1] = sorted_pos[1:] != sorted_pos[:-1]
+    return sorted_pos, order, last
+
+
+def _fold_runs(xp: Any, ufunc: Any, sorted_pos: Any, vals: Any) -> Any:
+    """Each ``vals[i]`` folded with ``ufunc`` over its run of equal ``sorted_pos`` up to ``i``.
+
+    An inclusive segmented scan by doubling (ceil(log2 n) rounds of plain elementwise ops):
+    the same arithmetic in the same order on every backend, so the result is deterministic
+    and identical, which atomic ``ufunc.at`` on a GPU is not (and CuPy lacks ``multiply.at``).
+    """
+    step = 1
+    while step < vals.shape[0]:
+        same = sorted_pos[step:] == sorted_pos[:-step]
+        tail = xp.where(same, ufunc(vals[:-step], vals[step:]), vals[step:])
+        vals = xp.concatenate([vals[:step], tail])
+        step *= 2
+    return vals
+
+
+class ScatterElements(_Indexed):
     """ONNX ScatterElements: a copy of ``x`` with ``updates`` written (or reduced) at ``indices``.
 
     Gradients exist for reductions ``none`` and ``add``. With ``none`` and repeated indices
-    the last write wins, and the gradient goes to that update.
+    the last write wins, and the gradient goes to that update. Every reduction is computed
+    from a stable sort of the target positions, never from a scatter with repeated indices,
+    so results are the same on every backend and every run.
     """
 
     UFUNCS = {"add": "add", "mul": "multiply", "max": "maximum", "min": "minimum"}
@@ -238,39 +389,46 @@ class ScatterElements(Operator):
         self.axis, self.reduction = axis, reduction
 
     def forward(self, x: Any, indices: Any, updates: Any) -> Any:
+        xp = self.xp
         axis = normalize_axis(self.axis, x.ndim, self.name)
         if updates.shape != indices.shape:
             raise self.error("updates and indices need the same shape", x, indices, updates)
         if updates.dtype != x.dtype:
             raise DTypeError(f"{self.name}: updates dtype {updates.dtype} != input dtype {x.dtype}")
-        self.key = _along_axis(self.xp, _check_along_axis(self, x, indices, axis), axis)
-        y = x.copy()
-        if self.reduction == "none":
-            y[self.key] = updates
-        else:
-            getattr(self.xp, self.UFUNCS[self.reduction]).at(y, self.key, updates)
-        return y
+        idx = _check_along_axis(self, x, indices, axis)
+        self.pos, self.idx_shape = _flat_positions(xp, idx, axis, x.shape), idx.shape
+        # One spare slot at the end takes every write but the last of each run.
+        out = xp.empty(x.size + 1, dtype=x.dtype)
+        out[:-1] = x.reshape(-1)
+        if self.pos.size:
+            sorted_pos, self.order, self.last = _runs(xp, self.pos)
+            vals = updates.reshape(-1)[self.order]
+            if self.reduction != "none":
+                ufunc = getattr(xp, self.UFUNCS[self.reduction])
+                vals = ufunc(out[sorted_pos], _fold_runs(xp, ufunc, sorted_pos, vals))
+            out[xp.where(self.last, sorted_pos, x.size)] = vals
+        return out[:-1].reshape(x.shape)
 
     def backward(self, dy: Any) -> tuple:
         if self.reduction not in ("none", "add"):
             raise RuntimeError(
                 f"{self.name}: reduction={self.reduction!r} has no gradient; only 'none' and 'add' do"
             )
-        dx = None
+        xp, pos = self.xp, self.pos
+        dx = du = None
         if self.needs_grad[0]:
             dx = dy.copy()
             if self.reduction == "none":
-                dx[self.key] = 0  # overwritten elements do not reach the output
-        du = None
+                dx.reshape(-1)[pos] = 0  # overwritten elements do not reach the output
         if self.needs_grad[2]:
-            du = dy[self.key]
-            if self.reduction == "none":
+            du = xp.ascontiguousarray(dy).reshape(-1)[pos]
+            if self.reduction == "none" and pos.size:
                 # With repeated indices only the last write reaches the output, so only it
-                # gets a gradient: write each update's position number and see which survives.
-                order = self.xp.arange(du.size).reshape(du.shape)
-                winner = self.xp.full(dy.shape, -1, dtype=order.dtype)
-                winner[self.key] = order
-                du = du * (winner[self.key] == order)
+                # gets a gradient.
+                won = xp.empty(pos.shape, dtype=np.bool_)
+                won[self.order] = self.last
+                du = du * won
+            du = du.reshape(self.idx_shape)
         return dx, None, du
 
 
@@ -353,12 +511,14 @@ def getitem(x: Tensor, key: Any) -> Tensor:
 
 def gather(x: Tensor, axis: int, indices: Any) -> Tensor:
     """ONNX Gather: the slices of ``x`` at ``indices`` (negatives count from the end) along ``axis``."""
-    return Gather(axis)(x, _indices(indices, x.device, "gather"))[0]
+    op = Gather(axis)
+    return op(x, _index_tensor(op, indices, x, axis, "gather"))[0]
 
 
 def gather_elements(x: Tensor, indices: Any, axis: int = 0) -> Tensor:
     """ONNX GatherElements: ``x`` read at ``indices`` along ``axis``, elementwise."""
-    return GatherElements(axis)(x, _indices(indices, x.device, "gather_elements"))[0]
+    op = GatherElements(axis)
+    return op(x, _index_tensor(op, indices, x, axis, "gather_elements"))[0]
 
 
 def scatter_elements(
@@ -366,8 +526,8 @@ def scatter_elements(
 ) -> Tensor:
     """ONNX ScatterElements: a copy of ``x`` with ``updates`` written (``reduction='none'``) or
     combined (``add``, ``mul``, ``max``, ``min``) at ``indices`` along ``axis``."""
-    idx = _indices(indices, x.device, "scatter_elements")
-    return ScatterElements(axis, reduction)(x, idx, updates)[0]
+    op = ScatterElements(axis, reduction)
+    return op(x, _index_tensor(op, indices, x, axis, "scatter_elements"), updates)[0]
 
 
 def where(condition: Tensor, x: Tensor | float, y: Tensor | float) -> Tensor:

@@ -47,8 +47,8 @@ class MatMul(Operator):
     def backward(self, dy: Any) -> tuple:
         a, b = self.a, self.b
         if a.ndim == 2 and b.ndim == 2:
-            da = _cast(dy @ b.T, a.dtype) if self.needs_grad[0] else None
-            db = _cast(a.T @ dy, b.dtype) if self.needs_grad[1] else None
+            da = _cast(self.xp.matmul(dy, b.T), a.dtype) if self.needs_grad[0] else None
+            db = _cast(self.xp.matmul(a.T, dy), b.dtype) if self.needs_grad[1] else None
             return da, db
         # Promote 1-D operands to matrices as NumPy does, then reduce back.
         a2 = a[None, :] if a.ndim == 1 else a
@@ -86,7 +86,7 @@ class Gemm(Operator):
         if a.shape[1] != b.shape[0]:
             raise self.error(f"inner dimensions differ (transA={self.transA}, transB={self.transB})", A, B)
         self.a, self.b = a, b
-        y = a @ b
+        y = self.xp.matmul(a, b)
         if self.alpha != 1:
             y *= y.dtype.type(self.alpha)
         if C is not None:
@@ -103,10 +103,10 @@ class Gemm(Operator):
         g = dy if self.alpha == 1 else dy * dy.dtype.type(self.alpha)
         dA = dB = None
         if self.needs_grad[0]:
-            da = g @ b.T
+            da = self.xp.matmul(g, b.T)
             dA = _cast(da.T if self.transA else da, a.dtype)
         if self.needs_grad[1]:
-            db = a.T @ g
+            db = self.xp.matmul(a.T, g)
             dB = _cast(db.T if self.transB else db, b.dtype)
         if len(self.needs_grad) == 2:
             return dA, dB
@@ -197,6 +197,14 @@ def _tensordot_axes(axes: Any, a_ndim: int, b_ndim: int) -> tuple[list[int], lis
     return [x % a_ndim if a_ndim else x for x in axa], [x % b_ndim if b_ndim else x for x in axb]
 
 
+def _tensordot(xp: Any, a: Any, b: Any, axa: list[int], axb: list[int]) -> Any:
+    """``xp.tensordot(a, b, (axa, axb))``. Contracting no axes is the outer product, written
+    as a broadcast product: CuPy's tensordot refuses a 0-d operand even then, NumPy's does not."""
+    if not axa and not axb:
+        return xp.asarray(a.reshape(a.shape + (1,) * b.ndim) * b)  # 0-d * 0-d is a NumPy scalar
+    return xp.tensordot(a, b, axes=(axa, axb))
+
+
 class Tensordot(Operator):
     """``xp.tensordot(a, b, axes)``; gradients are tensordots of ``dy`` with the other operand."""
 
@@ -208,7 +216,7 @@ class Tensordot(Operator):
         self.a, self.b = a, b
         try:
             self.axa, self.axb = _tensordot_axes(self.axes, a.ndim, b.ndim)
-            return self.xp.tensordot(a, b, axes=(self.axa, self.axb))
+            return _tensordot(self.xp, a, b, self.axa, self.axb)
         except (ValueError, IndexError, TypeError):
             raise self.error(f"cannot contract over axes {self.axes}", a, b) from None
 
@@ -219,11 +227,11 @@ class Tensordot(Operator):
         na = len(free_a)
         da = db = None
         if self.needs_grad[0]:
-            g = xp.tensordot(dy, b, axes=(list(range(na, dy.ndim)), free_b))
+            g = _tensordot(xp, dy, b, list(range(na, dy.ndim)), free_b)
             order = free_a + [axa[axb.index(k)] for k in sorted(axb)]
             da = _cast(g.transpose(_argsort(order)), a.dtype)
         if self.needs_grad[1]:
-            g = xp.tensordot(a, dy, axes=(free_a, list(range(na))))
+            g = _tensordot(xp, a, dy, free_a, list(range(na)))
             order = [axb[axa.index(k)] for k in sorted(axa)] + free_b
             db = _cast(g.transpose(_argsort(order)), b.dtype)
         return da, db

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 from opcheck import check_forward, check_grad, run
 
-from singa_lite import autograd, tensor
+from singa_lite import autograd, backend, device, tensor
 from singa_lite.errors import DTypeError, ShapeError
 from singa_lite.ops import shape as S
 
@@ -106,6 +106,21 @@ def test_getitem_errors(dev):
         t[2]
     with pytest.raises(IndexError, match="GetItem"):
         t[[0, 5]]
+    # CuPy wraps integer-array indices around instead of raising, so the op checks them itself,
+    # for host lists and for index Tensors alike, on the axis each one indexes.
+    t2, t3 = t_(np.array([0, 2]), dev), t_(np.array([3, 0]), dev)
+    bad = [
+        ([0, 5], r"index 5 is out of range \[-2, 2\) for axis 0"),
+        ((Ellipsis, [0, -4]), r"index -4 is out of range \[-3, 3\) for axis 1"),
+        ((None, slice(None), np.array([[3]])), r"index 3 is out of range \[-3, 3\) for axis 1"),
+        ((t2, [0, 1]), r"index 2 is out of range \[-2, 2\) for axis 0"),
+        (([0, 1], t3), r"index 3 is out of range \[-3, 3\) for axis 1"),
+        ((np.array([True, False]), t3), r"index 3 is out of range \[-3, 3\) for axis 1"),
+    ]
+    for key, message in bad:
+        with pytest.raises(IndexError, match=f"GetItem: {message}.*\\(2, 3\\)"):
+            t[key]
+    assert t[t_(np.array([-2, 1]), dev), [-3, 2]].shape == (2,)
 
 
 @given(x=arrays(min_dims=1), data=st.data())
@@ -189,6 +204,104 @@ def test_gather_scatter_elements_grad(dev):
         check_grad(lambda a, u, red=red: S.scatter_elements(a, idx, u, 1, red), [rand(2, 4), rand(2, 3)], dev)
     # With repeats and reduction none, only the update that lands gets a gradient.
     check_grad(lambda a, u: S.scatter_elements(a, idx, u, 0), [rand(3, 3), rand(2, 3)], dev)
+
+
+REDUCE_UFUNCS = {"add": np.add, "mul": np.multiply, "max": np.maximum, "min": np.minimum}
+
+
+def scatter_in_order(x, idx, upd, axis, red):
+    """ScatterElements as ONNX specifies it: updates applied one by one in C order."""
+    y = x.copy()
+    combine = {"none": lambda a, u: u, **REDUCE_UFUNCS}
+    for at in np.ndindex(idx.shape):
+        target = list(at)
+        target[axis] = idx[at] % x.shape[axis]
+        y[tuple(target)] = combine[red](y[tuple(target)], upd[at])
+    return y
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("red", ["none", "add", "mul", "max", "min"])
+def test_scatter_elements_many_repeats(dev, dtype, red):
+    """Dozens of updates per element: every reduction, every dtype, equal to the in-order
+    reference. The values keep every result exact in any order of evaluation, so the only
+    way to differ is to pick the wrong winner, or to drop or double an update."""
+    rng = np.random.default_rng(3)
+    for axis, xshape, ishape in [(0, (3, 4), (40, 3)), (1, (2, 3, 5), (2, 33, 4)), (-1, (7,), (70,))]:
+        x = rng.integers(0, 3, xshape).astype(dtype)
+        idx = rng.integers(-xshape[axis], xshape[axis], ishape)
+        # Products of +-1 (of True for bool) stay exact and in range for every dtype.
+        upd = rng.choice([True] if dtype == np.bool_ else [-1, 1], ishape) if red == "mul" else None
+        upd = (rng.integers(0, 4, ishape) if upd is None else upd).astype(dtype)
+        with np.errstate(over="ignore"):
+            want = scatter_in_order(x, idx, upd, axis, red)
+        got = run(lambda a, u, idx=idx, axis=axis: S.scatter_elements(a, idx, u, axis, red), [x, upd], dev)[0]
+        assert got.dtype == want.dtype
+        np.testing.assert_array_equal(got, want, err_msg=f"axis {axis}")
+
+
+@pytest.mark.parametrize("red", ["none", "add", "mul", "max", "min"])
+def test_scatter_elements_same_bits_everywhere(dev, red):
+    """Inexact float32 sums and products, thousands of writes per element: every run on every
+    device gives the bits of the CPU (GPU atomics would give a run-dependent order)."""
+    rng = np.random.default_rng(7)
+    x = rng.uniform(0.5, 1.5, (4, 6)).astype(np.float32)
+    idx = rng.integers(0, 4, (4000, 6))
+    upd = rng.uniform(0.999, 1.001, (4000, 6)).astype(np.float32)
+    on_cpu = run(lambda a, u: S.scatter_elements(a, idx, u, 0, red), [x, upd], device.create_cpu_device())[0]
+    for _ in range(3):
+        got = run(lambda a, u: S.scatter_elements(a, idx, u, 0, red), [x, upd], dev)[0]
+        np.testing.assert_array_equal(got, on_cpu)
+
+
+def test_scatter_elements_last_write_wins_grad(dev):
+    # Many writes to each element: only the last of each reaches the output and gets a gradient.
+    idx = np.random.default_rng(5).integers(0, 2, (9, 3))
+    check_grad(lambda a, u: S.scatter_elements(a, idx, u, 0), [rand(2, 3), rand(9, 3)], dev)
+    check_grad(lambda a, u: S.scatter_elements(a, idx, u, 0, "add"), [rand(2, 3), rand(9, 3)], dev)
+
+
+def test_runs_pick_the_last_write():
+    from singa_lite.ops.indexing import _fold_runs, _runs
+
+    pos = np.array([3, 1, 3, 0, 1, 3])
+    sorted_pos, order, last = _runs(np, pos)
+    assert sorted_pos.tolist() == [0, 1, 1, 3, 3, 3]
+    assert order.tolist() == [3, 1, 4, 0, 2, 5]  # stable: equal positions keep their order
+    assert last.tolist() == [True, False, True, False, False, True]
+    vals = np.array([10, 20, 30, 40, 50, 60])[order]
+    assert _fold_runs(np, np.add, sorted_pos, vals).tolist() == [40, 20, 70, 10, 40, 100]
+
+
+def test_host_indices_need_no_host_read(dev):
+    """Indices given on the host are checked before upload; a Tensor's are read back once."""
+    x = t_(rand(3, 4), dev)
+    u = t_(rand(1, 4), dev)
+    idx = np.array([[0, 2, 1, -1]])
+    ti, tk = t_(idx, dev), t_(np.array([2, -3]), dev)
+    calls = {
+        "gather": lambda i: S.gather(x, 0, i),
+        "gather_elements": lambda i: S.gather_elements(x, i, 0),
+        "scatter_elements": lambda i: S.scatter_elements(x, i, u, 0),
+    }
+    for name, call in calls.items():
+        with backend.count_host_reads() as reads:
+            call(idx)
+            call(idx.tolist())
+        assert sum(reads.values()) == 0, name
+        with backend.count_host_reads() as reads:
+            call(ti)
+        assert sum(reads.values()) == 1, (name, reads)
+    with backend.count_host_reads() as reads:
+        x[[[0], [-1]], [1, 3, -4]]
+    assert sum(reads.values()) == 0
+    with backend.count_host_reads() as reads:
+        x[tk, tk]  # two index tensors, one read
+    assert sum(reads.values()) == 1
+    with pytest.raises(ShapeError, match=r"Gather: index out of range \[-3, 3\): min -1, max 3"):
+        S.gather(x, 0, t_(np.array([3, -1]), dev))
+    with pytest.raises(ShapeError, match=r"ScatterElements: index out of range \[-3, 3\): min -4"):
+        S.scatter_elements(x, t_(np.array([[-4, 0, 0, 0]]), dev), u)
 
 
 def test_gather_scatter_elements_errors(dev):

@@ -165,6 +165,10 @@ TENSORDOT_CASES = [
     ((2, 3, 4), (4, 2, 3), ([1, 2], [2, 0])),
     ((3, 2), (2, 3), ([0, 1], [1, 0])),
     ((2, 3, 2), (2,), (0, 0)),
+    # Contracting nothing, with 0-d operands: NumPy accepts these, CuPy's tensordot does not.
+    ((), (2, 3), 0),
+    ((2,), (), 0),
+    ((), (), ([], [])),
 ]
 
 
