@@ -263,7 +263,9 @@ def get_communicator(abort_on_error: bool = True) -> Communicator:
     world size the launcher announced); without one, a :class:`SingleProcessCommunicator`.
     With ``abort_on_error`` an uncaught exception on any rank of a multi-rank job ends the
     whole job (``MPI_Abort``) after printing its traceback, as ``python -m mpi4py`` does, so no
-    rank is left waiting in a collective for a peer that died.
+    rank is left waiting in a collective for a peer that died. Where CuPy sees GPUs, a launched
+    rank also makes GPU ``local_rank % count`` its current device, so the arrays it allocates
+    and its NCCL communicator share one GPU (as SINGA's communicator does with ``cudaSetDevice``).
     """
     global _world
     if _world is None:
@@ -280,6 +282,7 @@ def get_communicator(abort_on_error: bool = True) -> Communicator:
                 )
             if abort_on_error and comm.world_size > 1:
                 _install_abort_hook(comm)
+            _use_local_gpu(comm.local_rank)
             _world = comm
     return _world
 
@@ -294,6 +297,18 @@ def import_mpi() -> Any:
             "pip install 'singa_lite[dist]' (mpi4py and the mpich wheel, no system packages)"
         ) from None
     return MPI
+
+
+def _use_local_gpu(local_rank: int) -> None:
+    from singa_lite import backend
+
+    try:
+        gpus = backend.get("cupy")
+    except KeyError:  # no usable GPU: nothing to choose
+        return
+    count = gpus.device_count()
+    if count > 0:
+        gpus.xp.cuda.Device(local_rank % count).use()
 
 
 def _install_abort_hook(comm: MPICommunicator) -> None:

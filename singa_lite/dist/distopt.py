@@ -358,6 +358,10 @@ class DistOpt:
     def step_counter(self) -> int:
         return self.opt.step_counter
 
+    @step_counter.setter
+    def step_counter(self, value: int) -> None:  # graph mode rewinds it around a CUDA graph capture
+        self.opt.step_counter = value
+
     def get_states(self) -> dict:
         """The wrapped optimizer's ``get_states()`` (identical on every rank for the averaging paths)."""
         return self.opt.get_states()

@@ -6,9 +6,11 @@ NCCL moves them, and MPI only hands every rank NCCL's unique id (a few bytes) at
 at exit (cupy/cupy#7863). NCCL is part of CuPy, so this is the one module besides the CuPy
 backend that imports it.
 
-Collectives are queued on CuPy's current stream, so they run after the kernels that produced
-their buffers without a host synchronisation; :meth:`NcclCommunicator.wait` blocks until done.
-NCCL refuses two ranks on one GPU ("Duplicate GPU detected"): one rank per GPU.
+Collectives are queued on the current stream of the communicator's GPU, so they run after the
+kernels that produced their buffers without a host synchronisation; :meth:`NcclCommunicator.wait`
+blocks until done. NCCL refuses two ranks on one GPU ("Duplicate GPU detected"): one rank per GPU.
+A rank's arrays must live on its communicator's GPU, so creating the communicator makes that GPU
+the process's current device (as SINGA's communicator does with ``cudaSetDevice``).
 """
 
 from __future__ import annotations
@@ -39,10 +41,14 @@ def _nccl() -> Any:
         from cupy.cuda import nccl
     except ImportError as e:
         raise DistributedError(
-            f"CuPy was built without NCCL ({e}); install the gpu extra (cupy with nvidia-nccl-cu12)"
+            f"CuPy was built without NCCL ({e}); install the gpu extra: "
+            "pip install 'singa_lite[gpu]' (CUDA 12) or 'singa_lite[gpu-cuda13]' (CUDA 13)"
         ) from None
     if not getattr(nccl, "available", True):
-        raise DistributedError("CuPy cannot load the NCCL library; install nvidia-nccl-cu12 (the gpu extra)")
+        raise DistributedError(
+            "CuPy cannot load the NCCL library; install nvidia-nccl-cu12 (CUDA 12) or nvidia-nccl-cu13 "
+            "(CUDA 13): the gpu and gpu-cuda13 extras bring them"
+        )
     return nccl
 
 
@@ -78,9 +84,10 @@ class NcclCommunicator(Communicator):
         if device_id is None:
             device_id = self.local_rank % cp.cuda.runtime.getDeviceCount()
         self.device_id = int(device_id)
-        # The device must be current before the communicator is created: NCCL binds to it.
-        with cp.cuda.Device(self.device_id):
-            self.comm = self._nccl.NcclCommunicator(self.world_size, nccl_id, self.global_rank)
+        # NCCL binds to the device that is current when the communicator is created; making it
+        # current for good also puts the arrays this rank allocates from now on on that GPU.
+        cp.cuda.Device(self.device_id).use()
+        self.comm = self._nccl.NcclCommunicator(self.world_size, nccl_id, self.global_rank)
         self._types = _nccl_types(self._nccl)
 
     @classmethod
@@ -93,11 +100,24 @@ class NcclCommunicator(Communicator):
     def accepts(self, xp: Any) -> bool:
         return xp is self.xp
 
+    def for_device(self, dev: Any) -> Communicator:
+        comm = super().for_device(dev)
+        if dev.id() != self.device_id:
+            raise DistributedError(self._wrong_gpu(f"{dev}"))
+        return comm
+
+    def check_buffer(self, buf: Any, what: str = "buffer") -> None:
+        """As the base check, and ``buf`` must be on this communicator's GPU."""
+        super().check_buffer(buf, what)
+        gpu = getattr(getattr(buf, "device", None), "id", self.device_id)
+        if gpu != self.device_id:
+            raise DistributedError(self._wrong_gpu(f"the {what} on GPU {gpu}"))
+
     # -- collectives ----------------------------------------------------------------------------
     def all_reduce(self, buf: Any) -> None:
         self.check_buffer(buf)
         ptr = buf.data.ptr
-        self.comm.allReduce(ptr, ptr, buf.size, self._type(buf), self._nccl.NCCL_SUM, self._stream())
+        self._call(self.comm.allReduce, ptr, ptr, buf.size, self._type(buf), self._nccl.NCCL_SUM)
 
     def all_reduce_half(self, buf: Any) -> None:
         """NCCL sums float16 natively: the buffer is narrowed, reduced in float16 and widened back."""
@@ -113,12 +133,13 @@ class NcclCommunicator(Communicator):
         self.check_buffer(buf)
         if not 0 <= root < self.world_size:
             raise DistributedError(f"root rank {root} is outside a world of {self.world_size}")
-        self.comm.bcast(buf.data.ptr, buf.size, self._type(buf), root, self._stream())
+        self._call(self.comm.bcast, buf.data.ptr, buf.size, self._type(buf), root)
 
     def all_gather(self, buf: Any) -> Any:
         self.check_buffer(buf)
-        recv = self.xp.empty((self.world_size, buf.size), dtype=buf.dtype)
-        self.comm.allGather(buf.data.ptr, recv.data.ptr, buf.size, self._type(buf), self._stream())
+        with self._device():  # the one buffer check_buffer does not see
+            recv = self.xp.empty((self.world_size, buf.size), dtype=buf.dtype)
+        self._call(self.comm.allGather, buf.data.ptr, recv.data.ptr, buf.size, self._type(buf))
         return recv
 
     def all_gather_v(self, buf: Any, counts: list[int] | None = None) -> tuple[Any, list[int]]:
@@ -144,8 +165,27 @@ class NcclCommunicator(Communicator):
         raise SystemExit(code)
 
     # -- helpers ----------------------------------------------------------------------------------
+    def _call(self, collective: Any, *args: Any) -> None:
+        """``collective(*args, stream)``: a method of CuPy's communicator, on this GPU's current stream.
+
+        CuPy's ``NcclCommunicator`` methods take the stream as a raw ``cudaStream_t`` handle
+        (``intptr_t``), not a ``cupy.cuda.Stream``: every collective goes through here.
+        """
+        collective(*args, self._stream().ptr)
+
+    def _device(self) -> Any:
+        """This rank's GPU as a context, in case the caller made another GPU current since."""
+        return self.xp.cuda.Device(self.device_id)
+
     def _stream(self) -> Any:
-        return self.xp.cuda.get_current_stream()
+        return self.xp.cuda.get_current_stream(self.device_id)  # this GPU's, whichever is current
+
+    def _wrong_gpu(self, what: str) -> str:
+        return (
+            f"NCCL rank {self.global_rank} communicates on GPU {self.device_id} but got {what}: put the "
+            f"rank's model on device.create_cuda_gpu_on({self.device_id}) (SINGA scripts use "
+            "create_cuda_gpu_on(sgd.local_rank))"
+        )
 
     def _type(self, buf: Any) -> int:
         try:

@@ -195,6 +195,8 @@ def test_distopt_delegates_states_and_checks_arguments() -> None:
     assert d.step_counter == 2 and d.get_states()["step_counter"] == 2
     d.set_states({**sgd.get_states(), "step_counter": 7})
     assert sgd.step_counter == 7
+    d.step_counter = 5  # graph mode sets it back after capturing a step
+    assert sgd.step_counter == 5
     with pytest.raises(TypeError, match="wraps an optimizer"):
         opt.DistOpt("sgd")  # type: ignore[arg-type]
     with pytest.raises(OptimizerError, match="buffSize"):
