@@ -1,12 +1,18 @@
 """Batch-1 inference latency of ONNX models run through ``sonnx.prepare`` against onnxruntime.
 
     python benchmarks/onnx_inference.py [--repeat 20] [--threads 0] [--models resnet50,vgg19]
+                                        [--device cpu|gpu]
 
-Both run in this one process on the same input, on the CPU. The models are onnx's nine "light"
+Both run in this one process on the same input, on the CPU by default. The models are onnx's nine "light"
 model-zoo CNNs shipped in the ``onnx`` wheel (real architectures with constant weights) at their
 224x224 batch-1 input. Each model is run once to warm up, then ``--repeat`` times; the median is
 reported. ``--threads`` sets onnxruntime's intra-op threads (0: its default, all cores); NumPy's
 BLAS uses its own default. Target (issue 5): within 2x of onnxruntime for the CNNs.
+
+With ``--device gpu`` singa_lite runs on the first CUDA device, its input already there, and
+each run ends with a device synchronisation; onnxruntime runs with its CUDAExecutionProvider
+through an I/O binding (input and outputs kept on the GPU) where that provider is available,
+and otherwise on the CPU, which the output says.
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 
+from singa_lite import device, tensor
 from singa_lite.sonnx import prepare
 
 LIGHT_DIR = os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data", "light")
@@ -44,18 +51,57 @@ def input_of(model: onnx.ModelProto) -> tuple[str, np.ndarray]:
     return x.name, np.random.default_rng(0).random(shape, dtype=np.float32)
 
 
-def bench(path: str, repeat: int, threads: int) -> tuple[str, float, float, float]:
-    model = onnx.load(path)
-    name, x = input_of(model)
-    rep = prepare(model)
+def ort_runner(
+    path: str, name: str, x: np.ndarray, threads: int, cuda: bool
+) -> tuple[Callable[[], object], Callable[[], np.ndarray]]:
+    """(run the model once, run it once and return its first output on the host) in onnxruntime,
+    on CUDA with an I/O binding (input and outputs stay on the GPU) if ``cuda``."""
     opts = ort.SessionOptions()
     opts.intra_op_num_threads = threads
-    sess = ort.InferenceSession(path, opts, providers=["CPUExecutionProvider"])
-    ours = rep.run([x])[0].numpy()
-    ref = sess.run(None, {name: x})[0]
+    if not cuda:
+        sess = ort.InferenceSession(path, opts, providers=["CPUExecutionProvider"])
+
+        def run_cpu() -> np.ndarray:
+            return sess.run(None, {name: x})[0]
+
+        return run_cpu, run_cpu
+    sess = ort.InferenceSession(path, opts, providers=["CUDAExecutionProvider"])
+    if sess.get_providers()[0] != "CUDAExecutionProvider":
+        raise RuntimeError(f"onnxruntime could not start its CUDA provider (got {sess.get_providers()})")
+    binding = sess.io_binding()
+    binding.bind_ortvalue_input(name, ort.OrtValue.ortvalue_from_numpy(x, "cuda", 0))
+    for out in sess.get_outputs():
+        binding.bind_output(out.name, "cuda")
+
+    def run() -> None:
+        sess.run_with_iobinding(binding)  # returns once the outputs are computed
+
+    def result() -> np.ndarray:
+        run()
+        return binding.copy_outputs_to_cpu()[0]
+
+    return run, result
+
+
+def bench(
+    path: str, repeat: int, threads: int, dev: device.Device, ort_cuda: bool
+) -> tuple[str, float, float, float]:
+    model = onnx.load(path)
+    name, x = input_of(model)
+    rep = prepare(model, dev)
+    feed = tensor.from_numpy(x, dev) if dev.is_gpu() else x  # the GPU's input is there already
+
+    def singa() -> object:
+        out = rep.run([feed])
+        dev.Sync()
+        return out
+
+    ort_run, ort_result = ort_runner(path, name, x, threads, ort_cuda)
+    ours = rep.run([feed])[0].numpy()
+    ref = ort_result()
     err = float(np.abs(ours - ref).max() / max(float(np.abs(ref).max()), 1e-30))
-    t_singa = median_seconds(lambda: rep.run([x]), repeat)
-    t_ort = median_seconds(lambda: sess.run(None, {name: x}), repeat)
+    t_singa = median_seconds(singa, repeat)
+    t_ort = median_seconds(ort_run, repeat)
     return os.path.basename(path)[len("light_") : -len(".onnx")], t_singa, t_ort, err
 
 
@@ -66,18 +112,28 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=20)
     parser.add_argument("--threads", type=int, default=0)
     parser.add_argument("--models", default="", help="comma-separated subset (default: all nine)")
+    parser.add_argument("--device", choices=("cpu", "gpu"), default="cpu")
     args = parser.parse_args()
+    gpu = args.device == "gpu"
+    dev = device.create_cuda_gpu() if gpu else device.create_cpu_device()  # says what is missing
+    ort_cuda = gpu and "CUDAExecutionProvider" in ort.get_available_providers()
+    ort_where = "CUDA" if ort_cuda else "CPU"
+    if gpu:
+        print(f"singa_lite on {dev}; onnxruntime {ort.__version__} on {ort_where}", end="")
+        print("" if ort_cuda else f" (no CUDAExecutionProvider; it has {ort.get_available_providers()})")
     paths = sorted(glob.glob(os.path.join(LIGHT_DIR, "light_*.onnx")))
     if args.models:
         wanted = set(args.models.split(","))
         paths = [p for p in paths if os.path.basename(p)[6:-5] in wanted]
-    print(f"{'model':<14}{'singa_lite ms':>15}{'onnxruntime ms':>16}{'ratio':>8}{'max rel err':>13}")
+    ort_col = "onnxruntime ms" if not gpu else f"ort {ort_where} ms"
+    print(f"{'model':<14}{'singa_lite ms':>15}{ort_col:>16}{'ratio':>8}{'max rel err':>13}")
     ratios = []
     for path in paths:
-        name, ts, to, err = bench(path, args.repeat, args.threads)
+        name, ts, to, err = bench(path, args.repeat, args.threads, dev, ort_cuda)
         ratios.append(ts / to)
         print(f"{name:<14}{ts * 1e3:>15.2f}{to * 1e3:>16.2f}{ts / to:>8.2f}{err:>13.1e}")
-    print(f"geometric mean ratio: {float(np.exp(np.mean(np.log(ratios)))):.2f} (target <= 2)")
+    print(f"geometric mean ratio: {float(np.exp(np.mean(np.log(ratios)))):.2f} (target <= 2)", end="")
+    print(f" (singa_lite {dev} vs onnxruntime {ort_where})" if gpu else "")
 
 
 if __name__ == "__main__":

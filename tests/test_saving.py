@@ -13,7 +13,7 @@ import numpy as np
 import onnx
 import pytest
 
-from singa_lite import autograd, checkpoint, layer, model, ops, opt, saving, tensor
+from singa_lite import autograd, checkpoint, device, layer, model, ops, opt, saving, tensor
 from singa_lite.errors import CheckpointError
 
 R = np.random.default_rng(0)
@@ -206,3 +206,32 @@ def test_recurrent_model_round_trips(tmp_path):
     assert sorted(loaded.get_params()) == sorted(net.get_params())
     (got,) = loaded(tensor.from_numpy(x))  # SONNXModel returns its outputs as a list, as SINGA's does
     np.testing.assert_allclose(tensor.to_numpy(got), want, rtol=1e-5, atol=1e-6)
+
+
+def _device(name: str) -> device.Device:
+    if name == "gpu":
+        if device.get_num_gpus() == 0:
+            from singa_lite.backend import cupy as cupy_backend
+
+            pytest.skip(f"needs a CUDA GPU: {cupy_backend.UNAVAILABLE_REASON}")
+        return device.create_cuda_gpu()
+    return device.create_cpu_device()
+
+
+@pytest.mark.parametrize("src,dst", [("gpu", "cpu"), ("cpu", "gpu")])
+def test_whole_model_saved_on_one_device_loads_on_the_other(tmp_path, src, dst):
+    src_dev, dst_dev = _device(src), _device(dst)
+    net = Net()
+    net.set_optimizer(opt.SGD(lr=0.05, momentum=0.9))
+    net.compile([tensor.Tensor((4, 2, 6, 6), src_dev)], is_train=True)
+    x, y = _batch()
+    net(tensor.from_numpy(x, src_dev), tensor.from_numpy(y, src_dev))
+    net.eval()
+    want = tensor.to_numpy(net.forward(tensor.from_numpy(x, src_dev)))
+    saving.save(tmp_path / "m.h5", net)
+    loaded = saving.load(tmp_path / "m.h5", device=dst_dev)
+    assert all(t.device == dst_dev for t in loaded.get_states().values())
+    for k, t in net.get_states().items():
+        np.testing.assert_array_equal(tensor.to_numpy(loaded.get_states()[k]), tensor.to_numpy(t), err_msg=k)
+    got = tensor.to_numpy(loaded.forward(tensor.from_numpy(x, dst_dev))[0])
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)

@@ -1,5 +1,8 @@
 """User aux states: nested dicts/lists/tuples of Tensors, arrays, numbers, strings, bools, None.
 
+Arrays may belong to any backend (NumPy, CuPy); every array comes back as a NumPy array, and
+every Tensor as a Tensor on the loading model's device.
+
 The structure is kept as one JSON document (``aux@json``) in which every Tensor, array and NumPy
 scalar is replaced by a reference ``{"__singa_lite__": "tensor", "ref": "aux/history/2"}`` to a
 dataset at the value's path under ``aux/``. Tuples and dicts that happen to use the tag key are
@@ -15,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from singa_lite import backend
 from singa_lite.checkpoint.store import ARRAY_KINDS, escape
 from singa_lite.errors import CheckpointError, CorruptCheckpointError
 from singa_lite.tensor import Tensor
@@ -23,10 +27,11 @@ TAG = "__singa_lite__"
 ARRAY_TAGS = ("tensor", "ndarray", "scalar")
 
 
-def encode(value: Any, arrays: dict[str, np.ndarray], host: Callable[[Tensor], np.ndarray]) -> Any:
+def encode(value: Any, arrays: dict[str, np.ndarray], host: Callable[[Any], np.ndarray]) -> Any:
     """The JSON form of ``value``; its arrays go into ``arrays`` keyed by dataset path.
 
-    ``host(t)`` returns a Tensor's values as a host array (a copy for a non-blocking save).
+    ``host(array)`` returns a backend array's values as a host array (a copy for a non-blocking
+    save); it is called only for arrays whose dtype can be saved.
     """
     return _encode(value, ("aux",), arrays, host)
 
@@ -39,11 +44,11 @@ def _encode(value: Any, path: tuple[str, ...], arrays: dict, host: Callable) -> 
     if isinstance(value, float):
         return value if math.isfinite(value) else {TAG: "float", "value": repr(value)}
     if isinstance(value, Tensor):
-        return _array_ref(host(value), "tensor", path, arrays)
-    if isinstance(value, np.ndarray):
-        return _array_ref(value, "ndarray", path, arrays)
+        return _array_ref(value.data, "tensor", path, arrays, host)
+    if backend.backend_of(value).is_array(value):
+        return _array_ref(value, "ndarray", path, arrays, host)
     if isinstance(value, np.generic):
-        return _array_ref(np.asarray(value), "scalar", path, arrays)
+        return _array_ref(np.asarray(value), "scalar", path, arrays, np.asarray)
     if isinstance(value, dict):
         bad = [k for k in value if not isinstance(k, str)]
         if bad:
@@ -59,11 +64,11 @@ def _encode(value: Any, path: tuple[str, ...], arrays: dict, host: Callable) -> 
     )
 
 
-def _array_ref(arr: np.ndarray, kind: str, path: tuple[str, ...], arrays: dict) -> dict:
-    if arr.dtype.kind not in ARRAY_KINDS:
+def _array_ref(arr: Any, kind: str, path: tuple[str, ...], arrays: dict, host: Callable) -> dict:
+    if np.dtype(arr.dtype).kind not in ARRAY_KINDS:
         raise CheckpointError(f"aux states at {_where(path)}: arrays of dtype {arr.dtype} cannot be saved")
     ref = "/".join(path)
-    arrays[ref] = arr
+    arrays[ref] = host(arr)
     return {TAG: kind, "ref": ref}
 
 

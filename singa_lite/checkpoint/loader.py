@@ -5,7 +5,8 @@ checksum is verified by streaming it, before libhdf5 parses a byte; (3) HDF5 ope
 file that was verified (``/proc/self/fd``); (4) every key is matched against the model and,
 with ``strict=True``, all mismatches are reported at once *before anything is changed*;
 (5) optimizer slots are read and handed to ``Optimizer.set_states`` (which validates before it
-commits), then the RNG states, then each model tensor is read straight into its own buffer.
+commits), then the RNG states, then each model tensor is read straight into its own buffer (on
+a GPU: through a pinned buffer, one host-to-device copy into the tensor's array).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import numpy as np
 from singa_lite import device as _device
 from singa_lite.checkpoint import aux_states as _aux
 from singa_lite.checkpoint import integrity, store
+from singa_lite.checkpoint.staging import DeviceFiller
 from singa_lite.checkpoint.states import model_optimizer
 from singa_lite.errors import (
     CheckpointError,
@@ -138,8 +140,9 @@ class _Loader:
                 dev_rng.set_rng_state(state)
             except (TypeError, ValueError, KeyError) as e:
                 raise CorruptCheckpointError(f"{self.path}: rng/{key}: bad generator state: {e}") from e
-        for ds, t in pairs:
-            _read_into_tensor(ds, t)
+        with DeviceFiller(max((t.nbytes() for _, t in pairs), default=0)) as filler:
+            for ds, t in pairs:
+                filler.fill(ds, t)
         if not strict:
             aux["__report__"] = self.report.as_dict()
         return aux
@@ -261,15 +264,6 @@ def _rng_device(key: str) -> Any:
     if key.startswith("cuda:") and key[5:].isdigit() and int(key[5:]) < _device.get_num_gpus():
         return _device.create_cuda_gpu_on(int(key[5:]))
     return None
-
-
-def _read_into_tensor(ds: h5py.Dataset, t: Tensor) -> None:
-    """Read straight into a host tensor's buffer; stage one tensor on the host for a GPU one."""
-    data = t.data
-    if isinstance(data, np.ndarray) and data.flags.c_contiguous and data.flags.writeable:
-        store.read_into(ds, data)
-    else:
-        t.copy_from(store.read_array(ds))
 
 
 def read_root(path: str) -> dict[str, Any]:

@@ -35,7 +35,8 @@ def save_model_states(
 
     Params, layer states, optimizer (counters, schedule, slots), RNG states, input specs and
     ``aux_states``. Returns the path, or with ``blocking=False`` a :class:`SaveHandle` at once:
-    the states are copied to host memory first, so training may go on while a thread writes.
+    the states are copied to host memory first (from a GPU: queued on a side stream, the host
+    does not wait), so training may go on while a thread writes.
     ``root`` adds root attributes; ``on_done(path)`` runs after a successful write.
     """
     path = os.fspath(fpath)
@@ -44,6 +45,7 @@ def save_model_states(
     bundle = states.collect(model, aux_states, snapshot=not blocking, root=root)
 
     def job() -> None:
+        bundle.wait()  # the GPU's copies land before anything reads (or frees) their buffers
         write_bundle(path, bundle)
         if on_done is not None:
             on_done(path)

@@ -3,21 +3,26 @@
 A :class:`Bundle` is everything ``save_states`` writes, as host arrays and JSON-able values:
 params, other layer states, the optimizer, RNG states, placeholder specs and aux states. A
 blocking save lets the bundle point at the model's own host arrays (no copy); a non-blocking
-save snapshots them, so training can go on while a thread writes.
+save snapshots them, so training can go on while a thread writes. GPU arrays are copied to
+pinned host memory asynchronously (``staging.HostSnapshot``): call :meth:`Bundle.wait` before
+reading the bundle's arrays.
 """
 
 from __future__ import annotations
 
 import datetime
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 import singa_lite
+from singa_lite import backend
 from singa_lite import device as _device
 from singa_lite.checkpoint import aux_states as _aux
 from singa_lite.checkpoint import store
+from singa_lite.checkpoint.staging import HostSnapshot
 from singa_lite.tensor import Tensor
 
 
@@ -34,43 +39,37 @@ class Bundle:
     aux_doc: Any
     aux_arrays: dict[str, np.ndarray]
     root: dict[str, Any] = field(default_factory=dict)
-
-
-def host_array(data: Any, copy: bool) -> np.ndarray:
-    """A backend array's values on the host; a private copy if ``copy`` (a GPU array always is)."""
-    if isinstance(data, np.ndarray):
-        return data.copy() if copy else data
-    return np.asarray(data.get())  # CuPy: one device-to-host transfer
-
-
-def _tensor_host(t: Tensor, copy: bool) -> np.ndarray:
-    return host_array(t.data, copy)
+    wait: Callable[[], None] = lambda: None
+    """Blocks until every array above holds its values (GPU copies are still in flight before)."""
 
 
 def collect(model: Any, aux_states: dict | None, snapshot: bool, root: dict | None = None) -> Bundle:
     """A :class:`Bundle` of ``model``'s states and ``aux_states``.
 
     ``snapshot=True`` copies every host array, so the model may change while the bundle is
-    written (non-blocking saves); otherwise the bundle shares the model's host arrays.
+    written (non-blocking saves); otherwise the bundle shares the model's host arrays. Each
+    array crosses from its device to the host once; :meth:`Bundle.wait` before reading them.
     """
     params = model.get_params()
     all_states = model.get_states()
-    optimizer, slots = _optimizer_states(model_optimizer(model))
-    aux_arrays: dict[str, np.ndarray] = {}
-    aux_doc = _aux.encode(dict(aux_states or {}), aux_arrays, lambda t: _tensor_host(t, False))
-    if snapshot:
-        aux_arrays = {k: v.copy() for k, v in aux_arrays.items()}
-    return Bundle(
-        params={k: _tensor_host(t, snapshot) for k, t in params.items()},
-        states={k: _tensor_host(t, snapshot) for k, t in all_states.items() if k not in params},
-        optimizer=optimizer,
-        slots=slots,
-        rng=_rng_states(all_states.values()),
-        inputs=[{"shape": list(s), "dtype": str(d)} for s, d in getattr(model, "_input_specs", [])],
-        aux_doc=aux_doc,
-        aux_arrays=aux_arrays,
-        root={"model_class": type(model).__name__, **(root or {})},
-    )
+    with HostSnapshot(copy=snapshot) as snap:
+        host = snap.host
+        optimizer, slots = _optimizer_states(model_optimizer(model), host)
+        aux_arrays: dict[str, np.ndarray] = {}
+        aux_doc = _aux.encode(dict(aux_states or {}), aux_arrays, host)
+        bundle = Bundle(
+            params={k: host(t.data, t.device.xp) for k, t in params.items()},
+            states={k: host(t.data, t.device.xp) for k, t in all_states.items() if k not in params},
+            optimizer=optimizer,
+            slots=slots,
+            rng=_rng_states(all_states.values()),
+            inputs=[{"shape": list(s), "dtype": str(d)} for s, d in getattr(model, "_input_specs", [])],
+            aux_doc=aux_doc,
+            aux_arrays=aux_arrays,
+            root={"model_class": type(model).__name__, **(root or {})},
+            wait=snap.wait,
+        )
+    return bundle
 
 
 def model_optimizer(model: Any) -> Any:
@@ -81,18 +80,21 @@ def model_optimizer(model: Any) -> Any:
     return inner if inner is not None and hasattr(inner, "get_states") else opt
 
 
-def _optimizer_states(optimizer: Any) -> tuple[dict | None, dict]:
-    """Split ``optimizer.get_states()`` into JSON-able entries and slot arrays (already copies)."""
+def _optimizer_states(optimizer: Any, host: Callable[..., np.ndarray]) -> tuple[dict | None, dict]:
+    """Split ``optimizer.get_states()`` into JSON-able entries and slot arrays, each brought to the
+    host by ``host(array)`` (``get_states`` returns copies, so they need no snapshot of their own)."""
     if optimizer is None or not hasattr(optimizer, "get_states"):
         return None, {}
     entries: dict[str, Any] = {}
     slots: dict[str, dict[str, np.ndarray]] = {}
     for key, value in optimizer.get_states().items():
         is_arrays = isinstance(value, dict) and all(
-            isinstance(v, (Tensor, np.ndarray)) for v in value.values()
+            isinstance(v, Tensor) or backend.backend_of(v).is_array(v) for v in value.values()
         )
         if is_arrays and (value or key in getattr(optimizer, "slot_names", ())):
-            slots[key] = {n: _tensor_host(v, False) if isinstance(v, Tensor) else v for n, v in value.items()}
+            slots[key] = {
+                n: host(v.data if isinstance(v, Tensor) else v, private=True) for n, v in value.items()
+            }
             continue
         entries[key] = value
     entries["slots"] = sorted(slots)
@@ -109,6 +111,7 @@ def _rng_states(tensors: Any) -> dict[str, Any]:
 
 def write(path: str, bundle: Bundle) -> None:
     """Write ``bundle`` as a new HDF5 file at ``path`` (the layout of ``store``)."""
+    bundle.wait()
     with store.create_file(path) as f:
         store.write_attrs(
             f,

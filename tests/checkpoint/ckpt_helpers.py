@@ -53,7 +53,9 @@ OPTIMIZERS = {
 }
 
 
-def make_cnn(opt_name: str = "sgd", seed: int = 3, dev=None) -> tuple[CNN, tensor.Tensor, tensor.Tensor]:
+def make_cnn(
+    opt_name: str = "sgd", seed: int = 3, dev=None, use_graph: bool = False
+) -> tuple[CNN, tensor.Tensor, tensor.Tensor]:
     """A compiled CNN with its optimizer and placeholders, weights drawn from ``seed``."""
     dev = dev or device.create_cpu_device()
     dev.SetRandSeed(seed)
@@ -61,7 +63,7 @@ def make_cnn(opt_name: str = "sgd", seed: int = 3, dev=None) -> tuple[CNN, tenso
     m.set_optimizer(OPTIMIZERS[opt_name]())
     tx = tensor.Tensor((BATCH, *SHAPE), dev)
     ty = tensor.Tensor((BATCH,), dev, tensor.int32)
-    m.compile([tx], is_train=True, use_graph=False)
+    m.compile([tx], is_train=True, use_graph=use_graph)
     return m, tx, ty
 
 

@@ -1,5 +1,5 @@
-"""Round trips: every kind of state, aux values of any nesting, strictness, devices, the golden
-file, SINGA's zip checkpoints and non-blocking saves."""
+"""Round trips: every kind of state, aux values of any nesting, strictness, the golden file,
+SINGA's zip checkpoints and non-blocking saves (across devices: test_checkpoint_devices.py)."""
 
 from __future__ import annotations
 
@@ -258,21 +258,6 @@ def test_non_blocking_save_snapshots_and_reraises(tmp_path, monkeypatch):
     second = [m.save_states(tmp_path / f"c{i}.h5", {"i": i}, blocking=False) for i in range(3)]
     assert [h.wait() for h in second] and async_save._pending is second[-1]
     assert sorted(os.listdir(tmp_path)) == ["a.h5", "c0.h5", "c1.h5", "c2.h5"]
-
-
-@pytest.mark.skipif(device.get_num_gpus() == 0, reason="needs a CUDA GPU (CuPy sees none)")
-def test_gpu_checkpoint_loads_on_cpu_and_back(tmp_path):
-    gpu = device.create_cuda_gpu()
-    m, tx, ty = make_cnn("sgd", dev=gpu)
-    train(m, tx, ty, batches(2), 0, 2)
-    m.save_states(tmp_path / "gpu.h5", {"t": tensor.ones((2,), gpu)})
-    cpu_model, _, _ = make_cnn("sgd")
-    aux = cpu_model.load_states(tmp_path / "gpu.h5")
-    assert aux["t"].device == cpu_model.fc.W.device
-    for k, v in m.get_states().items():
-        np.testing.assert_array_equal(tensor.to_numpy(cpu_model.get_states()[k]), tensor.to_numpy(v))
-    cpu_model.save_states(tmp_path / "cpu.h5")
-    m.load_states(tmp_path / "cpu.h5")
 
 
 def test_loading_into_an_uncompiled_eval_model_keeps_it_in_eval(tmp_path):
