@@ -13,9 +13,11 @@ from typing import Any
 import numpy
 
 from singa_lite.backend.counter_rng import CounterRNG
+from singa_lite.backend.deferred import DeferredChecks
 
 name = "cupy"
 xp: Any = None
+_checks: Any = None  # deferred.DeferredChecks over xp
 AVAILABLE = False
 UNAVAILABLE_REASON = ""
 
@@ -44,6 +46,7 @@ try:
         UNAVAILABLE_REASON = f"CuPy is installed but CUDA is not usable: {e}"
     if _count > 0:
         xp = _ops_module(_cupy)
+        _checks = DeferredChecks(xp)
         AVAILABLE = True
     elif not UNAVAILABLE_REASON:
         UNAVAILABLE_REASON = "CuPy is installed but sees no GPU"
@@ -62,30 +65,13 @@ def to_numpy(a: Any) -> numpy.ndarray:
     return xp.asnumpy(a)
 
 
-_deferred: dict[str, list] = {}  # key -> [0-d bool device flag, make_error]
-
-
 def defer_check(bad: Any, key: str, make_error: Any) -> None:
-    """Keep ``bad`` (a 0-d bool device array) OR-ed into ``key``'s flag; see ``backend.check``."""
-    entry = _deferred.get(key)
-    if entry is None:
-        _deferred[key] = [bad.astype(xp.bool_, copy=True), make_error]
-    else:
-        xp.logical_or(entry[0], bad, out=entry[0])
-        entry[1] = make_error
+    """Keep ``bad`` (a 0-d bool device array) for the next host read; see ``backend.check``."""
+    _checks.add(bad, key, make_error)
 
 
 def raise_deferred() -> None:
-    """Read every deferred flag (one small transfer), clear them, raise the first that is set."""
-    if not _deferred:
-        return
-    keys = list(_deferred)
-    flags = xp.stack([_deferred[k][0] for k in keys]).get()
-    for k in keys:
-        _deferred[k][0].fill(False)  # the same arrays: a captured graph keeps writing them
-    for k, f in zip(keys, flags):
-        if f:
-            raise _deferred[k][1]()
+    _checks.raise_pending()
 
 
 def from_numpy(a: numpy.ndarray, device_id: int = 0) -> Any:

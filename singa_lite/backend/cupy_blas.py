@@ -19,10 +19,18 @@ import ctypes
 import math
 from typing import Any
 
+import numpy as np
+
 from singa_lite.backend import gemm_plan
 
-_CUDA_R = {"float16": 2, "float32": 0, "float64": 1}  # cudaDataType
-_COMPUTE = {"float16": 68, "float32": 68, "float64": 70}  # CUBLAS_COMPUTE_32F / _64F
+# dtype -> (cudaDataType, cublasComputeType, accumulator): CUDA_R_16F/32F/64F, COMPUTE_32F/64F.
+# Keyed by dtype objects: ``dtype.name`` costs ~8 us a call, a noticeable part of a product.
+_TYPES = {
+    np.dtype(np.float16): (2, 68, "float32"),
+    np.dtype(np.float32): (0, 68, "float32"),
+    np.dtype(np.float64): (1, 70, "float64"),
+}
+_PLANS: dict[tuple, Any] = {}  # (shapes, strides, itemsize) -> GemmPlan or None: steps repeat
 _GEMM_DEFAULT = -1
 _WORKSPACE = 32 << 20  # bytes per handle; cuBLAS must not allocate while being captured
 
@@ -84,21 +92,21 @@ class Blas:
 
     def matmul(self, a: Any, b: Any, out: Any = None, **kwargs: Any) -> Any:
         cp = self.cp
-        name = a.dtype.name
+        types = _TYPES.get(getattr(a, "dtype", None))
         if (
-            kwargs
+            types is None
+            or kwargs
             or not isinstance(a, cp.ndarray)
             or not isinstance(b, cp.ndarray)
             or a.dtype != b.dtype
-            or name not in _CUDA_R
             or a.ndim < 2
             or b.ndim < 2
         ):
             return cp.matmul(a, b, out=out, **kwargs)
-        p = gemm_plan.plan(a.shape, a.strides, b.shape, b.strides, a.itemsize)
+        p = _plan(a, b)
         if p is None:
             a, b = cp.ascontiguousarray(a), cp.ascontiguousarray(b)
-            p = gemm_plan.plan(a.shape, a.strides, b.shape, b.strides, a.itemsize)
+            p = _plan(a, b)
             if p is None:  # empty, or batch axes that broadcast: CuPy's general path
                 return cp.matmul(a, b, out=out)
         shape = (*(a.shape[:-2] or b.shape[:-2]), p.m, p.n)
@@ -106,15 +114,14 @@ class Blas:
             out[...] = self.matmul(a, b)
             return out
         c = out if out is not None else cp.empty(shape, dtype=a.dtype)
-        acc = "float64" if name == "float64" else "float32"
-        one, zero, t = self.one[acc], self.zero[acc], _CUDA_R[name]
+        t, compute, acc = types
         h = self.handle()
         _check(
             self.gemm(
-                h, p.b.op, p.a.op, p.n, p.m, p.k, ctypes.byref(one),
+                h, p.b.op, p.a.op, p.n, p.m, p.k, ctypes.byref(self.one[acc]),
                 b.data.ptr, t, p.b.ld, p.b.batch_stride,
                 a.data.ptr, t, p.a.ld, p.a.batch_stride,
-                ctypes.byref(zero), c.data.ptr, t, p.n, p.m * p.n, p.batch, _COMPUTE[name], _GEMM_DEFAULT,
+                ctypes.byref(self.zero[acc]), c.data.ptr, t, p.n, p.m * p.n, p.batch, compute, _GEMM_DEFAULT,
             ),
             "cublasGemmStridedBatchedEx",
         )  # fmt: skip
@@ -145,6 +152,17 @@ class Blas:
         bm = b.transpose(ax_b + free_b).reshape(k, math.prod(b.shape[i] for i in free_b))
         y = self.matmul(am, bm)
         return y.reshape([a.shape[i] for i in free_a] + [b.shape[i] for i in free_b])
+
+
+def _plan(a: Any, b: Any) -> Any:
+    key = (a.shape, a.strides, b.shape, b.strides, a.itemsize)
+    try:
+        return _PLANS[key]
+    except KeyError:
+        if len(_PLANS) > 4096:  # shapes that never repeat must not grow the cache without end
+            _PLANS.clear()
+        p = _PLANS[key] = gemm_plan.plan(*key)
+        return p
 
 
 def _check(status: int, what: str) -> None:

@@ -84,7 +84,7 @@ class _Sequence(Operator, ABC):
             x = x[::-1]
         self.x2 = x.reshape(T * N, I)  # a copy when reversed; backward needs it either way
         self.Wx, self.Wh = Wx, Wh
-        xw = self.x2 @ Wx
+        xw = self.xp.matmul(self.x2, Wx)
         xw += Bx
         y, *final = self._steps(xw.reshape(T, N, xw.shape[-1]), states, Wh, Bh)  # T may be 0
         if self.reverse:
@@ -106,10 +106,10 @@ class _Sequence(Operator, ABC):
         )
         dx = None
         if need_x:
-            dx = (dxw2 @ self.Wx.T).reshape(T, N, self.Wx.shape[0])  # T may be 0
+            dx = xp.matmul(dxw2, self.Wx.T).reshape(T, N, self.Wx.shape[0])  # T may be 0
             if self.reverse:
                 dx = xp.ascontiguousarray(dx[::-1])
-        dWx = self.x2.T @ dxw2 if need_wx else None
+        dWx = xp.matmul(self.x2.T, dxw2) if need_wx else None
         dWh = self._grad_Wh(dhw2) if need_wh else None
         dBx = dxw2.sum(axis=0) if need_bx else None
         dBh = dhw2.sum(axis=0) if need_bh else None
@@ -123,7 +123,7 @@ class _Sequence(Operator, ABC):
     def _grad_Wh(self, dhw2: Any) -> Any:  # noqa: N802
         """``dWh``: the inputs of ``@ Wh`` (the previous hidden states) times ``dhw``."""
         hprev = self.hs[:-1]
-        return hprev.reshape(-1, hprev.shape[-1]).T @ dhw2
+        return self.xp.matmul(hprev.reshape(-1, hprev.shape[-1]).T, dhw2)
 
     def _check(self, x: Any, states: tuple, Wx: Any, Wh: Any, Bx: Any, Bh: Any) -> None:
         arrays = (x, *states, Wx, Wh, Bx, Bh)
@@ -167,7 +167,7 @@ class RNNSequence(_Sequence):
         act = xp.tanh if self.nonlinearity == "tanh" else None
         for t in range(T):
             a = xw[t]
-            a += hs[t] @ Wh
+            a += xp.matmul(hs[t], Wh)
             if act is not None:
                 act(a, out=hs[t + 1])
             else:
@@ -188,7 +188,7 @@ class RNNSequence(_Sequence):
                 dh = dh + dy[t]
             d = da[t]
             d *= dh
-            dh = d @ WhT
+            dh = self.xp.matmul(d, WhT)
         return da, da, (dh,)
 
 
@@ -251,7 +251,7 @@ class LSTMSequence(_Sequence):
         else:
             for t in range(T):
                 a = xw[t]  # pre-activations, turned into activations in place
-                a += hs[t] @ Wh_half
+                a += xp.matmul(hs[t], Wh_half)
                 xp.tanh(a, out=a)
                 sig = a[:, : 3 * H]
                 sig += 1
@@ -277,7 +277,7 @@ class LSTMSequence(_Sequence):
         p_i, p_f, p_o = ph[:H], ph[H : 2 * H], ph[2 * H :]
         for t in range(xw.shape[0]):
             a = xw[t]
-            a += hs[t] @ Wh_half
+            a += xp.matmul(hs[t], Wh_half)
             a[:, :H] += p_i * cs[t]
             a[:, H : 2 * H] += p_f * cs[t]
             i_f, o, g = a[:, : 2 * H], a[:, 2 * H : 3 * H], a[:, 3 * H :]
@@ -320,7 +320,7 @@ class LSTMSequence(_Sequence):
             xp.multiply(dc, a[:, :H], out=dact[:, 3 * H :])  # g
             d *= dact
             dc = dc * a[:, H : 2 * H]
-            dh = d @ WhT
+            dh = self.xp.matmul(d, WhT)
         return da, da, (dh, dc)
 
     def _peephole_back_steps(self, dy: Any, dh: Any, dc: Any, da: Any, o_dtanh: Any, WhT: Any) -> tuple:
@@ -344,7 +344,7 @@ class LSTMSequence(_Sequence):
             d[:, H : 2 * H] *= dc * cs[t]  # f
             d[:, 3 * H :] *= dc * a[:, :H]  # g
             dc = dc * a[:, H : 2 * H] + d[:, :H] * p_i + d[:, H : 2 * H] * p_f
-            dh = d @ WhT
+            dh = self.xp.matmul(d, WhT)
         self.dz = da
         return dh, dc
 
@@ -385,12 +385,12 @@ class GRUSequence(_Sequence):
         for t in range(T):
             a, h, rterm = xw[t], hs[t], self.rterm[t]
             if lbr:
-                hw = h @ Wh
+                hw = xp.matmul(h, Wh)
                 hw += Bh
                 a[:, : 2 * H] += hw[:, : 2 * H]
                 rterm[...] = hw[:, 2 * H :]
             else:
-                a[:, : 2 * H] += h @ Wh_zr
+                a[:, : 2 * H] += xp.matmul(h, Wh_zr)
                 a[:, : 2 * H] += Bh[: 2 * H]
                 rterm[...] = h
             _sigmoid_(xp, a[:, : 2 * H])
@@ -398,7 +398,7 @@ class GRUSequence(_Sequence):
             if lbr:
                 n += r * rterm
             else:
-                n += (r * rterm) @ Wh_n
+                n += xp.matmul(r * rterm, Wh_n)
                 n += Bh[2 * H :]
             xp.tanh(n, out=n)
             xp.multiply(z, h - n, out=hs[t + 1])
@@ -433,13 +433,13 @@ class GRUSequence(_Sequence):
                 dr *= r - r * r
                 dhw[t, :, : 2 * H] = d[:, : 2 * H]
                 xp.multiply(dn, r, out=dhw[t, :, 2 * H :])
-                dh_prev += dhw[t] @ WhT
+                dh_prev += self.xp.matmul(dhw[t], WhT)
             else:
-                drh = dn @ Wh_nT
+                drh = self.xp.matmul(dn, Wh_nT)
                 xp.multiply(drh, rterm, out=dr)
                 dr *= r - r * r
                 dh_prev += drh * r
-                dh_prev += d[:, : 2 * H] @ Wh_zrT
+                dh_prev += self.xp.matmul(d[:, : 2 * H], Wh_zrT)
             dh = dh_prev
         return dxw, dhw, (dh,)
 
@@ -450,7 +450,9 @@ class GRUSequence(_Sequence):
         H = self.hs.shape[-1]
         hprev = self.hs[:-1].reshape(-1, H)
         rh = (self.acts[:, :, H : 2 * H] * self.rterm).reshape(-1, H)
-        return xp.concatenate([hprev.T @ dhw2[:, : 2 * H], rh.T @ dhw2[:, 2 * H :]], axis=1)
+        return xp.concatenate(
+            [xp.matmul(hprev.T, dhw2[:, : 2 * H]), xp.matmul(rh.T, dhw2[:, 2 * H :])], axis=1
+        )
 
 
 class _Cell(_Sequence):
