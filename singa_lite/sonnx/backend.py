@@ -28,7 +28,7 @@ import onnx
 from onnx import ModelProto
 from onnx.backend.base import Backend, BackendRep
 
-from singa_lite import autograd
+from singa_lite import autograd, backend
 from singa_lite import device as _device
 from singa_lite.errors import DTypeError, OnnxError, ShapeError, SingaLiteError, UnsupportedOperatorError
 from singa_lite.sonnx.fusion import (
@@ -38,10 +38,10 @@ from singa_lite.sonnx.fusion import (
     _InPlace,
     _PoolBeforeConv,
 )
-from singa_lite.sonnx.handlers import HANDLERS, MAX_OPSET
-from singa_lite.sonnx.handlers_base import HELD_WIDER, Node, proto_array, storage_dtype
+from singa_lite.sonnx.handlers import HANDLERS, HOST_INPUTS, MAX_OPSET
+from singa_lite.sonnx.handlers_base import HELD_WIDER, HostConstants, Node, proto_array, storage_dtype
 from singa_lite.sonnx.handlers_nn import PackedConv
-from singa_lite.tensor import Tensor, from_numpy
+from singa_lite.tensor import Tensor
 
 _DEFAULT_DOMAINS = ("", "ai.onnx")
 
@@ -137,6 +137,8 @@ class Program:
 
     ``held`` names initializers that must stay variables (a ``SONNXModel``'s params and
     states): they are neither turned into constants nor folded into their consumers.
+    Constants that handlers read as arguments (shapes, axes, pads...) are read to the host
+    here, once (``host_constants``).
     """
 
     def __init__(self, proto: ModelProto, device: Any = None, held: Iterable[str] = ()) -> None:
@@ -161,12 +163,14 @@ class Program:
             for name, t in self.initializers.items()
             if name not in held
         }
+        self.host_constants = HostConstants()
         # Constant nodes are folded and not counted as layers (SINGA's last_layers rule).
         self.nodes: list[Node] = []
         self.handlers: list[Callable] = []
         known = set(self.inputs) | set(self.initializers)
         for proto_node in graph.node:
             node = Node(proto_node, self.opset)
+            node.constants = self.host_constants
             self._check(proto_node, node, known)
             known.update(node.outputs)
             if node.op == "Constant":
@@ -175,22 +179,27 @@ class Program:
             self.nodes.append(node)
             self.handlers.append(HANDLERS[node.op])
         self.folded = [self._fold(node, fn) for node, fn in zip(self.nodes, self.handlers)]
+        for node, folded in zip(self.nodes, self.folded):
+            if not folded:
+                self._share_constants(node, HOST_INPUTS.get(node.op, ()))
         self.last_use = self._last_uses()
         self.concat_shapes = _static_shapes(proto, {n.outputs[0] for n in self.nodes if n.op == "Concat"})
 
     def tensor(self, arr: Any, name: str) -> Tensor:
-        """A constant or input from the model (array or TensorProto) on this program's device;
-        narrow integer types are widened to int64 (see ``handlers_base.storage_dtype``)."""
+        """A constant or input from the model (TensorProto, or an array of any backend) on
+        this program's device, as a copy; narrow integer types are widened to int64 (see
+        ``handlers_base.storage_dtype``). A host array for a device is uploaded once."""
         if isinstance(arr, onnx.TensorProto):
             arr = proto_array(arr, "tensor")
-        arr = np.asarray(arr)
+        elif not hasattr(arr, "dtype"):  # a list or a Python number
+            arr = np.asarray(arr)
         try:
             dtype = storage_dtype(arr.dtype)
         except SingaLiteError:
             raise OnnxError(
                 f"tensor {name!r} has element type {arr.dtype}, which singa_lite does not support"
             ) from None
-        return from_numpy(arr.astype(dtype, copy=False), self.device)
+        return Tensor(data=arr.astype(dtype, copy=False), device=self.device, requires_grad=False)
 
     def _check(self, proto_node: Any, node: Node, known: set) -> None:
         if proto_node.domain not in _DEFAULT_DOMAINS or node.op not in HANDLERS:
@@ -215,12 +224,23 @@ class Program:
         if node.op == "Dropout" or not all(i == "" or i in self.constants for i in node.inputs):
             return False
         # An RNG-free node of constants gives the same result at every run: compute it once.
+        self._share_constants(node, ())
         with autograd.no_grad():
             outs = self._call(node, fn, [self.constants.get(i) if i else None for i in node.inputs])
         for name, t in zip(node.outputs, outs):
             if name:
                 self.constants[name] = t
         return True
+
+    def _share_constants(self, node: Node, read_now: Sequence[int]) -> None:
+        """Let ``node``'s handler find the host values of its constant inputs in
+        ``host_constants``; read those at positions ``read_now`` (its arguments) now."""
+        for i, name in enumerate(node.inputs):
+            t = self.constants.get(name) if name else None
+            if t is not None:
+                self.host_constants.register(t)
+                if i in read_now:
+                    self.host_constants.get(t)
 
     def _last_uses(self) -> dict[str, int]:
         last = {}
@@ -319,7 +339,8 @@ class Program:
                 self.handlers[k] = PackedConv(W, B, node.attr("group", 1))
 
     def feeds(self, inputs: Any, check: bool = True) -> dict[str, Tensor]:
-        """Graph inputs by name from a list (in graph order), a dict, or one array/tensor.
+        """Graph inputs by name from a list (in graph order), a dict, or one array (NumPy or
+        CuPy) or tensor.
 
         With ``check`` (``SingaRep.run``), each is checked against the element type and dims
         the graph declares for it, as onnxruntime does: a wrong rank or dtype would otherwise
@@ -333,8 +354,8 @@ class Program:
             if unknown:
                 raise OnnxError(f"unknown inputs {sorted(unknown)}; the graph's inputs are {self.inputs}")
         else:
-            if isinstance(inputs, (Tensor, np.ndarray)):
-                inputs = [inputs]
+            if isinstance(inputs, (Tensor, np.generic)) or backend.backend_of(inputs).is_array(inputs):
+                inputs = [inputs]  # one input, not a sequence of them
             inputs = list(inputs)
             if len(inputs) > len(self.inputs):
                 raise OnnxError(
@@ -435,7 +456,7 @@ class _NumpyRep(BackendRep):
         self.rep = rep
 
     def run(self, inputs: Any, **kwargs: Any) -> tuple:
-        outs = [t.numpy() for t in self.rep.run(inputs)]
+        outs = [backend.to_host(t.data) for t in self.rep.run(inputs)]
         return tuple(_declared_type(o, v) for o, v in zip(outs, self.rep.program.output_types))
 
 

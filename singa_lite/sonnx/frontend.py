@@ -33,7 +33,7 @@ import onnx
 from onnx import helper, numpy_helper
 
 import singa_lite
-from singa_lite import autograd
+from singa_lite import autograd, backend
 from singa_lite.errors import OnnxError, UnsupportedOperatorError
 from singa_lite.tensor import Tensor
 
@@ -485,7 +485,7 @@ def _props(model: onnx.ModelProto) -> dict[str, str]:
 
 def _leaf(g: GraphBuilder, t: Tensor) -> str:
     """An initializer for a tensor no recorded op produced: named after it when it has a name."""
-    arr = np.asarray(t)
+    arr = backend.to_host(t.data)
     if not t.name:
         return g.const(arr)
     name = g.initializer(arr, t.name)

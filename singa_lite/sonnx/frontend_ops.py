@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from singa_lite import backend
 from singa_lite.ops import (
     activation,
     conv,
@@ -409,18 +410,19 @@ def _getitem(g: GraphBuilder, op: Any, xs: list[Value], ys: list[Value]) -> None
                 cuts.append((start, stop, axis, step))
             out_dim += 1
         elif _is_int(k):
-            i = int(k) % dim
+            i = (int(backend.to_host(k)) if hasattr(k, "dtype") else int(k)) % dim
             cuts.append((i, i + 1, axis, 1))
             squeeze.append(axis)
         else:
             array_at = axis
-            out_dim += np.asarray(k).ndim
+            out_dim += k.ndim
         axis += 1
     t = x.name
     if cuts:
         t = g.one("Slice", [t, *(g.ints(column) for column in zip(*cuts))])
     if array_at is not None:
-        idx = g.const(np.asarray(key[array_at + sum(1 for k in key[: array_at + 1] if k is None)]))
+        index = key[array_at + sum(1 for k in key[: array_at + 1] if k is None)]
+        idx = g.const(backend.to_host(index))  # GetItem holds its index arrays on the device
         t = g.one("Gather", [t, idx], axis=array_at)
     if squeeze:
         t = g.squeeze(t, squeeze)

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from singa_lite import backend
 from singa_lite.sonnx.handlers import HANDLERS
 from singa_lite.sonnx.handlers_base import Node
 from singa_lite.sonnx.handlers_nn import PackedConv
@@ -67,7 +68,7 @@ class _AffineChains:
 
     def _const(self, name: str) -> np.ndarray | None:
         t = self.program.constants.get(name) if name else None
-        return None if t is None else t.numpy()
+        return None if t is None else backend.to_host(t.data)
 
     def _fold_from(self, k: int, node: Node) -> None:
         """Fold the chain of affine nodes after node ``k``, a Conv or a BatchNormalization."""
@@ -238,8 +239,8 @@ class _AffineReluConv:
             or not (affine.scale > 0).all()
         ):
             return
-        w = W.numpy().astype(np.float64)
-        b = np.zeros(W.shape[0]) if B is None else B.numpy().astype(np.float64)
+        w = backend.to_host(W.data).astype(np.float64)
+        b = np.zeros(W.shape[0]) if B is None else backend.to_host(B.data).astype(np.float64)
         w_name, bias_name = f"{conv.outputs[0]}::relu_folded_W", f"{conv.outputs[0]}::relu_folded_B"
         folded_w = w * affine.scale.reshape(1, -1, 1, 1)
         program.constants[w_name] = program.tensor(folded_w.astype(W.dtype), w_name)

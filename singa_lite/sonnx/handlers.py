@@ -21,6 +21,18 @@ FAMILIES = (handlers_math, handlers_shape, handlers_nn)
 HANDLERS: dict[str, Callable] = {name: getattr(m, name) for m in FAMILIES for name in m.__all__}
 """ONNX operator (default domain) -> handler."""
 
+HOST_INPUTS: dict[str, tuple[int, ...]] = {
+    "Clip": (1, 2), "ConstantOfShape": (0,), "CumSum": (1,), "Dropout": (1, 2), "Expand": (1,),
+    "GRU": (4,), "LSTM": (4,), "OneHot": (1,), "Pad": (1, 2, 3), "RNN": (4,), "Range": (0, 1, 2),
+    "Reshape": (1,), "Resize": (1, 2, 3), "Slice": (1, 2, 3, 4), "Split": (1,), "Squeeze": (1,),
+    "Tile": (1,), "TopK": (1,), "Trilu": (1,), "Unsqueeze": (1,), "Upsample": (1,),
+    **{op: (1,) for op in ("ReduceL1", "ReduceL2", "ReduceLogSumExp", "ReduceMax", "ReduceMean",
+                           "ReduceMin", "ReduceProd", "ReduceSum", "ReduceSumSquare")},
+}  # fmt: skip
+"""ONNX operator -> the input positions its handler reads as Python values (shapes, axes,
+pads, counts, bounds). Where such an input is a constant, ``Program`` reads it to the host
+once at prepare time instead of on every run."""
+
 MAX_OPSET = onnx.defs.onnx_opset_version()
 """The newest opset the installed ``onnx`` defines; newer models are refused."""
 

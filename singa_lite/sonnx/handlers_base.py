@@ -4,9 +4,10 @@ A handler is a function named exactly after the ONNX operator. It takes a :class
 node's inputs as ``Tensor`` objects (``None`` for an omitted optional input) and returns one
 ``Tensor`` or a tuple of them, one per node output. Inputs that ONNX passes as tensors but that
 are really arguments (shapes, axes, pads, scales) are read into Python values with
-:meth:`Node.ints` / :meth:`Node.floats`; since the graph runs eagerly, this works equally for
-constants folded at prepare time and for shapes computed at run time (``Shape -> Gather ->
-Concat -> Reshape``).
+:meth:`Node.ints` / :meth:`Node.opt_floats` / :meth:`Node.scalar`; since the graph runs eagerly,
+this works equally for constants folded at prepare time and for shapes computed at run time
+(``Shape -> Gather -> Concat -> Reshape``). A constant's values are read from the device once,
+when the program is prepared (:class:`HostConstants`), not on every run.
 """
 
 from __future__ import annotations
@@ -17,16 +18,47 @@ from typing import Any
 import numpy as np
 from onnx import AttributeProto, NodeProto, TensorProto, helper, numpy_helper
 
-from singa_lite import autograd
+from singa_lite import autograd, backend
 from singa_lite.errors import OnnxError
 from singa_lite.tensor import Tensor, as_dtype
+
+
+class HostConstants:
+    """Host copies of a program's constant tensors, each read from the device at most once.
+
+    ``Program`` registers the constants its nodes read and reads at prepare time those that
+    handlers take as arguments (``handlers.HOST_INPUTS``); a registered constant a handler
+    reads otherwise is read on first use and kept. Tensors are matched by identity: a
+    constant's tensor lives as long as its program.
+    """
+
+    def __init__(self) -> None:
+        self._tensors: dict[int, Tensor] = {}
+        self._values: dict[int, np.ndarray] = {}
+
+    def register(self, t: Tensor) -> None:
+        """Mark ``t`` as a constant (its values are not read yet)."""
+        self._tensors[id(t)] = t
+
+    def get(self, t: Tensor) -> np.ndarray | None:
+        """``t``'s host values if ``t`` is a registered constant (read now if not yet), else None."""
+        key = id(t)
+        if self._tensors.get(key) is not t:
+            return None
+        values = self._values.get(key)
+        if values is None:
+            # A read-only view: on NumPy the host array is the tensor's own buffer.
+            values = self._values[key] = backend.to_host(t.data).view()
+            values.flags.writeable = False
+        return values
 
 
 class Node:
     """One ONNX node as a handler sees it: ``op``, ``name``, ``opset``, attributes, outputs.
 
     ``opset`` is the model's version of the default (``ai.onnx``) domain; handlers branch on it
-    where an operator changed (attributes that became inputs, new defaults).
+    where an operator changed (attributes that became inputs, new defaults). ``constants``
+    (set by ``Program``) holds the host values of the program's constants.
     """
 
     def __init__(self, proto: NodeProto, opset: int) -> None:
@@ -36,6 +68,7 @@ class Node:
         self.inputs = list(proto.input)
         self.outputs = list(proto.output)
         self.attrs = {a.name: _attribute(a, self) for a in proto.attribute}
+        self.constants: HostConstants | None = None
 
     def __repr__(self) -> str:
         return f"{self.op} node {self.name!r} (opset {self.opset})"
@@ -54,29 +87,33 @@ class Node:
         return OnnxError(f"{self}: {message}")
 
     # -- reading tensor arguments into Python values -------------------------------------
-    # Through ``autograd.host_values``: graph mode replays a step only for the values read.
-    @staticmethod
-    def array(t: Tensor | None) -> np.ndarray | None:
-        """A host copy of ``t`` (``None`` stays ``None``)."""
-        return None if t is None else autograd.host_values(t)
+    # A constant's values were read at prepare time; any other tensor is read now, through
+    # ``autograd.host_values``: graph mode replays a step only for the values read.
+    def values(self, t: Tensor) -> np.ndarray:
+        """``t``'s values as a host array (read-only where ``t`` is a constant)."""
+        known = None if self.constants is None else self.constants.get(t)
+        return known if known is not None else autograd.host_values(t)
 
-    @staticmethod
-    def ints(t: Tensor) -> list[int]:
+    def array(self, t: Tensor | None) -> np.ndarray | None:
+        """``values`` of an optional input (``None`` stays ``None``)."""
+        return None if t is None else self.values(t)
+
+    def ints(self, t: Tensor) -> list[int]:
         """The values of an integer tensor argument (a shape, axes, pads) as a list."""
-        return [int(v) for v in autograd.host_values(t).reshape(-1)]
+        return [int(v) for v in self.values(t).reshape(-1)]
 
     def opt_ints(self, t: Tensor | None) -> list[int] | None:
         """``ints`` of an optional input; ``None`` where it is omitted."""
         return None if t is None else self.ints(t)
 
     def opt_floats(self, t: Tensor | None) -> list[float] | None:
-        return None if t is None else [float(v) for v in autograd.host_values(t).reshape(-1)]
+        return None if t is None else [float(v) for v in self.values(t).reshape(-1)]
 
     def scalar(self, t: Tensor | None, default: Any = None) -> Any:
         """A one-element tensor argument as a Python number."""
         if t is None or t.size() == 0:
             return default
-        return autograd.host_values(t).reshape(-1)[0].item()
+        return self.values(t).reshape(-1)[0].item()
 
     def arg(self, attr: str, input_value: Tensor | None, since: int) -> Any:
         """An argument that was the attribute ``attr`` before opset ``since`` and an input after.

@@ -162,10 +162,33 @@ def Div(n: Node, a: Tensor, b: Tensor) -> Tensor:
 
 
 def Mod(n: Node, a: Tensor, b: Tensor) -> Tensor:
-    """Remainder: the divisor's sign (``fmod=0``) or the dividend's (``fmod=1``); no gradient."""
+    """Remainder: the divisor's sign (``fmod=0``, Python's ``%``) or the dividend's (``fmod=1``,
+    C's ``fmod``); no gradient.
+
+    The special cases are spelled out, so that NumPy and CuPy agree: the libraries differ
+    there (CuPy's float ``%`` is ``x - floor(x / y) * y``: NaN for an infinite divisor, +0 for
+    ``0 % -2``). Floats: NaN for a zero or NaN divisor and for an infinite or NaN dividend; a
+    finite ``x`` by an infinite ``y`` is ``x`` (moved to ``y`` by ``%`` where their signs
+    differ); a zero remainder of ``%`` takes ``y``'s sign. Integers: 0 for a divisor of 0
+    (NumPy's and CuPy's answer; ONNX leaves it undefined) or -1 (``INT_MIN % -1`` overflows in C).
+    """
     xp = a.device.xp
-    fn = xp.fmod if n.attr("fmod", 0) else xp.mod
-    return wrap(fn(a.data, b.data).astype(a.dtype), a)
+    x, y = a.data, b.data
+    floor = not n.attr("fmod", 0)
+    if x.dtype.kind != "f":
+        trivial = (y == 0) | (y == -1) if y.dtype.kind == "i" else y == 0
+        safe = xp.where(trivial, xp.ones_like(y), y)
+        r = xp.mod(x, safe) if floor else xp.fmod(x, safe)
+        return wrap(xp.where(trivial, xp.zeros_like(r), r).astype(a.dtype), a)
+    # Only finite dividends and finite non-zero divisors reach the library's fmod (exact there).
+    finite_x, plain_y = xp.isfinite(x), xp.isfinite(y) & (y != 0)
+    r = xp.fmod(xp.where(finite_x, x, 0), xp.where(plain_y, y, 1))
+    r = xp.where(xp.isinf(y), x, r)
+    r = xp.where(finite_x & ((y != 0) & ~xp.isnan(y)), r, xp.asarray(np.nan, r.dtype))
+    if floor:
+        r = xp.where((r != 0) & ((r < 0) != (y < 0)), r + y, r)
+        r = xp.where(r == 0, xp.copysign(xp.zeros_like(r), y), r)
+    return wrap(r.astype(a.dtype), a)
 
 
 def Pow(n: Node, x: Tensor, y: Tensor) -> Tensor:
@@ -250,7 +273,9 @@ def Clip(n: Node, x: Tensor, lo: Tensor | None = None, hi: Tensor | None = None)
     """x limited to [min, max]: attributes before opset 11, optional inputs since."""
     if n.opset < 11:
         return unary.clip(x, n.attr("min"), n.attr("max"))
-    return unary.clip(x, lo, hi)
+    # One-element bounds are host arguments (a constant's read once); others are refused by clip.
+    lo_v, hi_v = (n.scalar(t) if t is not None and t.size() == 1 else t for t in (lo, hi))
+    return unary.clip(x, lo_v, hi_v)
 
 
 def Elu(n: Node, x: Tensor) -> Tensor:
@@ -286,13 +311,36 @@ def _softmax(n: Node, x: Tensor, fn: Any) -> Tensor:
     return ops.reshape(y, x.shape)
 
 
+def _float16_sum_in_float32(fn: Any, log: bool) -> Any:
+    """``fn`` (softmax or log-softmax), except that a float16 input is computed as NumPy's
+    float16 arithmetic does it, its sum accumulated in float32 on every backend.
+
+    NumPy rounds each float16 operation to float16 but sums along the last axis in float32;
+    CuPy sums float16 along the last axis with CUB in float16, which moved probabilities by an
+    ulp and failed onnx's float16 attention cases on CUDA. Here each ``exp`` and the quotient
+    are float16 as before, and the sum is an explicit float32 sum rounded once: the same
+    values as NumPy's along the last axis, on NumPy and CuPy alike.
+    """
+
+    def softmax(x: Tensor, axis: int) -> Tensor:
+        if x.dtype != np.float16 or not x.size():
+            return fn(x, axis)
+        shift = const(x.data.max(axis=axis, keepdims=True), x)  # a constant: softmax ignores it
+        y = ops.sub(x, shift)
+        e = unary.exp(y)
+        total = ops.cast(ops.reduce_sum(ops.cast(e, np.float32), [axis], True), np.float16)
+        return ops.sub(y, unary.log(total)) if log else ops.div(e, total)
+
+    return softmax
+
+
 def Softmax(n: Node, x: Tensor) -> Tensor:
     """softmax along ``axis`` (opset 13+), or over the 2-D coercion at ``axis`` (before)."""
-    return _softmax(n, x, ops.softmax)
+    return _softmax(n, x, _float16_sum_in_float32(ops.softmax, log=False))
 
 
 def LogSoftmax(n: Node, x: Tensor) -> Tensor:
-    return _softmax(n, x, ops.log_softmax)
+    return _softmax(n, x, _float16_sum_in_float32(ops.log_softmax, log=True))
 
 
 # -- reductions ------------------------------------------------------------------------------------

@@ -192,8 +192,13 @@ def SpaceToDepth(n: Node, x: Tensor) -> Tensor:
 
 
 def Range(n: Node, start: Tensor, limit: Tensor, delta: Tensor) -> Tensor:
-    xp = start.device.xp
-    return wrap(xp.arange(start.data, limit.data, delta.data).astype(start.dtype), start)
+    """``start, start + delta, ...`` up to ``limit`` (exclusive), in ``start``'s dtype.
+
+    The three scalars are host arguments (the output's length depends on them), so the
+    sequence is made on the host, by NumPy's rules for the inputs' own dtype, and uploaded.
+    """
+    first, last, step = (n.values(t).reshape(-1)[0] for t in (start, limit, delta))
+    return wrap(np.arange(first, last, step).astype(start.dtype), start)
 
 
 # -- indexing ----------------------------------------------------------------------------------------
@@ -227,22 +232,37 @@ def Trilu(n: Node, x: Tensor, k: Tensor | None = None) -> Tensor:
 
 def TopK(n: Node, x: Tensor, k: Tensor) -> tuple[Tensor, Tensor]:
     """The ``k`` largest (``largest=1``) or smallest values along ``axis``, sorted, and their
-    int64 indices; of equal values the lower index comes first, as ONNX requires."""
-    xp = x.device.xp
-    axis = n.attr("axis", -1)
-    data = x.data
-    if not n.attr("largest", 1):
-        order = xp.argsort(data, axis=axis, kind="stable")  # ascending, NaN last
-    elif data.dtype.kind != "f":
-        # A stable ascending sort of an order-reversing key: descending, ties by lower index.
-        # ``~`` reverses the order of integers (and bools) without the overflow of ``-INT_MIN``.
-        order = xp.argsort(~data, axis=axis, kind="stable")
-    else:  # descending, NaN above everything (as onnxruntime), ties by lower index
-        nan = xp.isnan(data)
-        order = xp.lexsort((xp.where(nan, 0, -data), ~nan), axis=axis)
-    idx = xp.take(order, xp.arange(int(n.scalar(k))), axis=axis).astype(np.int64)
-    indices = wrap(idx, x)
+    int64 indices; of equal values the lower index comes first, as ONNX requires, and NaN
+    ranks above every number (as in onnxruntime) for ``largest`` and below them otherwise."""
+    axis = n.attr("axis", -1) % x.ndim()
+    order = _ranking(x.device.xp, x.data, axis, bool(n.attr("largest", 1)))
+    count = int(n.scalar(k))
+    if not 0 <= count <= x.shape[axis]:
+        raise n.fail(f"k = {count} must lie in [0, {x.shape[axis]}], the size of axis {axis}")
+    first_k = (slice(None),) * axis + (slice(0, count),)
+    indices = wrap(order[first_k].astype(np.int64), x)
     return ops.gather_elements(x, indices, axis), indices
+
+
+def _ranking(xp: Any, data: Any, axis: int, largest: bool) -> Any:
+    """The indices that sort ``data`` along ``axis`` (descending for ``largest``), ties by
+    lower index, NaN first when descending and last when ascending.
+
+    Only stable ``argsort`` and ``take_along_axis``, which NumPy and CuPy define alike (CuPy's
+    ``lexsort`` takes no axis): a stable sort by a secondary key, then a stable sort of the
+    primary key gathered in that order, sorts by both (lexsort in two passes).
+    """
+    if data.dtype.kind != "f":
+        # ``~`` reverses the order of integers (and bools) without the overflow of ``-INT_MIN``.
+        return xp.argsort(~data if largest else data, axis=axis, kind="stable")
+    nan = xp.isnan(data)
+    # NaN is given a rank among the numbers by the first pass and moved by the second.
+    key = xp.where(nan, 0, -data if largest else data)
+    first = xp.argsort(key, axis=axis, kind="stable")
+    # int8 keys: NaN 0 first when descending, 1 last when ascending.
+    rank = (nan != largest).astype(np.int8)
+    second = xp.argsort(xp.take_along_axis(rank, first, axis=axis), axis=axis, kind="stable")
+    return xp.take_along_axis(first, second, axis=axis)
 
 
 def NonZero(n: Node, x: Tensor) -> Tensor:
