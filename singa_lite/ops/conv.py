@@ -28,6 +28,7 @@ from typing import Any
 from singa_lite import autograd
 from singa_lite.autograd import Operator
 from singa_lite.errors import DTypeError
+from singa_lite.ops import _cupy_kernels
 from singa_lite.tensor import Tensor
 
 __all__ = [
@@ -554,14 +555,10 @@ class Conv2d(_ConvBase):
         dpad: Any = xp.zeros_like(self.xpad) if need_x else None
 
         def taps(lo: int, hi: int) -> Any:
-            dW: Any = xp.zeros_like(W) if need_W else None
             g = dy[lo:hi]
-            for i, j in self._taps():
-                if need_W:
-                    dW[:, 0, i, j] = xp.einsum(
-                        "nchw,nchw->c", g, _tap(self.xpad[lo:hi], i, j, geo, self.out_hw)
-                    )
-                if need_x:
+            dW = self._depthwise_weight_grad(g, self.xpad[lo:hi]) if need_W else None
+            if need_x:
+                for i, j in self._taps():
                     view = _tap(dpad[lo:hi], i, j, geo, self.out_hw)
                     view += g * W[:, 0, i, j, None, None]
             return dW
@@ -577,6 +574,23 @@ class Conv2d(_ConvBase):
                 dx = dx.reshape(N, C, -1, H, Wd).sum(axis=2)
             dx = xp.ascontiguousarray(dx)
         return dx, dW
+
+    def _depthwise_weight_grad(self, g: Any, xpad: Any) -> Any:
+        """``dW[o, 0, i, j] = sum over n, h, w of g * tap (i, j) of xpad``."""
+        xp, W, geo = self.xp, self.W, (self.stride, self.dilation)
+        if xp.__name__ == "numpy":  # one einsum per tap: one over all taps measured 1.4-3.6x slower
+            dW = xp.zeros_like(W)
+            for i, j in self._taps():
+                dW[:, 0, i, j] = xp.einsum("nchw,nchw->c", g, _tap(xpad, i, j, geo, self.out_hw))
+            return dW
+        # CuPy: one reduction over a (n, C, kh, kw, Ho, Wo) view of every tap's window, where
+        # per-tap einsums would each copy both operands into a batched GEMM.
+        (sh, sw), (dh, dw) = geo
+        n, c, r, q = xpad.strides
+        windows = xp.lib.stride_tricks.as_strided(
+            xpad, (g.shape[0], g.shape[1], *self.kernel, *self.out_hw), (n, c, r * dh, q * dw, r * sh, q * sw)
+        )
+        return _cupy_kernels.dot_over(xp, g[:, :, None, None], windows, (0, 4, 5)).reshape(W.shape)
 
     def _taps(self) -> list[tuple[int, int]]:
         kh, kw = self.kernel

@@ -16,6 +16,7 @@ import numpy as np  # dtype objects only; array math goes through self.xp
 from singa_lite import autograd
 from singa_lite.autograd import Operator
 from singa_lite.errors import DTypeError, ShapeError
+from singa_lite.ops import _cupy_kernels
 from singa_lite.ops._util import normalize_axis, unbroadcast
 from singa_lite.tensor import Tensor
 
@@ -71,23 +72,20 @@ class BatchNorm(Operator):
         # (N, C, S): one reduction over axes (0, 2) whatever the input's rank.
         x3 = x.reshape(x.shape[0], c, -1).astype(acc, copy=False)
         self.m = x3.shape[0] * x3.shape[2]
+        self.passes = _NumpyPasses() if xp is np else _CupyPasses(xp)
         if self.training:
             if self.m < 2:
                 raise self.error("needs more than one value per channel in training", x)
-            mean = xp.einsum("ncs->c", x3) / acc.type(self.m)  # einsum: ~2x faster than mean here
-            xc = x3 - mean[:, None]
-            var = xp.einsum("ncs,ncs->c", xc, xc) / acc.type(self.m)
+            mean, var = self.passes.moments(x3)
             self._update_running(running_mean, running_var, mean, var)
         else:
             mean = running_mean.astype(acc, copy=False)
             var = running_var.astype(acc, copy=False)
-            xc = x3 - mean[:, None]
+            self.passes.centre(x3, mean)
         self.inv = 1 / xp.sqrt(var + acc.type(self.eps))
-        self.xc = xc
         self.scale = scale.astype(acc, copy=False)
         a = self.scale * self.inv
-        y = xc * a[:, None]
-        y += bias.astype(acc, copy=False)[:, None]
+        y = self.passes.scale_shift(a, bias.astype(acc, copy=False))
         return y.astype(x.dtype, copy=False).reshape(x.shape)
 
     def _update_running(self, running_mean: Any, running_var: Any, mean: Any, var: Any) -> None:
@@ -101,12 +99,11 @@ class BatchNorm(Operator):
         running_var += (unbiased * (1 - mom)).astype(running_var.dtype)
 
     def backward(self, dy: Any) -> tuple:
-        xp = self.xp
-        xc, inv, m = self.xc, self.inv, self.m
-        acc = xc.dtype
-        dy3 = dy.reshape(xc.shape).astype(acc, copy=False)
-        dbias = xp.einsum("ncs->c", dy3)
-        dscale = xp.einsum("ncs,ncs->c", dy3, xc) * inv  # sum(dy * xhat)
+        inv, m = self.inv, self.m
+        acc = inv.dtype
+        dy3 = dy.reshape(dy.shape[0], inv.shape[0], -1).astype(acc, copy=False)
+        dbias, dot = self.passes.grad_sums(dy3)
+        dscale = dot * inv  # sum(dy * xhat)
         dx = None
         if self.needs_grad[0]:
             a = self.scale * inv
@@ -115,14 +112,69 @@ class BatchNorm(Operator):
                 # per-channel coefficients: dx = a*dy + b*xc + c, with no xhat array.
                 b = -a * inv * dscale / acc.type(m)
                 c = -a * dbias / acc.type(m)
-                dx = dy3 * a[:, None]
-                dx += xc * b[:, None]
-                dx += c[:, None]
+                dx = self.passes.grad_x(dy3, a, b, c)
             else:
                 dx = dy3 * a[:, None]
             dx = dx.astype(dy.dtype, copy=False).reshape(dy.shape)
         dt = self.inputs[1].dtype
         return dx, dscale.astype(dt, copy=False), dbias.astype(self.inputs[2].dtype, copy=False), None, None
+
+
+class _NumpyPasses:
+    """Batch norm's passes over ``(N, C, S)`` in NumPy, the reference: einsum's
+    sum-of-products loop reduces the centred input (about 2x faster than ``mean`` here),
+    and the centred input is kept for backward."""
+
+    def moments(self, x3: Any) -> tuple[Any, Any]:
+        m = x3.dtype.type(x3.shape[0] * x3.shape[2])
+        mean = np.einsum("ncs->c", x3) / m
+        self.centre(x3, mean)
+        return mean, np.einsum("ncs,ncs->c", self.xc, self.xc) / m
+
+    def centre(self, x3: Any, mean: Any) -> None:
+        self.xc = x3 - mean[:, None]
+
+    def scale_shift(self, a: Any, b: Any) -> Any:
+        y = self.xc * a[:, None]
+        y += b[:, None]
+        return y
+
+    def grad_sums(self, dy3: Any) -> tuple[Any, Any]:
+        """``sum(dy)`` and ``sum(dy * xc)`` per channel."""
+        return np.einsum("ncs->c", dy3), np.einsum("ncs,ncs->c", dy3, self.xc)
+
+    def grad_x(self, dy3: Any, a: Any, b: Any, c: Any) -> Any:
+        """``a*dy + b*xc + c`` with per-channel coefficients."""
+        dx = dy3 * a[:, None]
+        dx += self.xc * b[:, None]
+        dx += c[:, None]
+        return dx
+
+
+class _CupyPasses:
+    """The same passes as fused CuPy kernels (``ops/_cupy_kernels.py``): one launch each,
+    centring on the fly, so only the input and the per-channel mean are kept. CuPy's einsum
+    over channels copies both operands to a batched GEMM first (5x slower than a reduction)."""
+
+    def __init__(self, xp: Any) -> None:
+        self.xp = xp
+
+    def moments(self, x3: Any) -> tuple[Any, Any]:
+        mean, var = _cupy_kernels.batch_moments(self.xp, x3)
+        self.centre(x3, mean)
+        return mean, var
+
+    def centre(self, x3: Any, mean: Any) -> None:
+        self.x3, self.mean = x3, mean
+
+    def scale_shift(self, a: Any, b: Any) -> Any:
+        return _cupy_kernels.normalize(self.xp, self.x3, self.mean, a, b)
+
+    def grad_sums(self, dy3: Any) -> tuple[Any, Any]:
+        return _cupy_kernels.grad_sums(self.xp, dy3, self.x3, self.mean)
+
+    def grad_x(self, dy3: Any, a: Any, b: Any, c: Any) -> Any:
+        return _cupy_kernels.grad_x(self.xp, dy3, self.x3, self.mean, a, b, c)
 
 
 class _Standardize(Operator, ABC):

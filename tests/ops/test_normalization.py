@@ -118,6 +118,51 @@ def test_batchnorm_grad(dev, train, shape):
     check_grad(fn, [x, params[0], params[1]], dev)
 
 
+def ref_bn_grads(x, scale, dy, mean, var, train, eps=1e-5):
+    """dx, dscale, dbias of batch norm in float64, with the statistics it normalised by."""
+    axes = (0, *range(2, x.ndim))
+    shape = (1, -1) + (1,) * (x.ndim - 2)
+    x, dy = x.astype(np.float64), dy.astype(np.float64)
+    inv = 1 / np.sqrt(var + eps)
+    xhat = (x - mean.reshape(shape)) * inv.reshape(shape)
+    dbias, dscale = dy.sum(axis=axes), (dy * xhat).sum(axis=axes)
+    a = (scale * inv).reshape(shape)
+    if not train:
+        return dy * a, dscale, dbias
+    m = x.size // x.shape[1]
+    return a * (dy - dbias.reshape(shape) / m - xhat * dscale.reshape(shape) / m), dscale, dbias
+
+
+@given(
+    shape=st.sampled_from([(4, 3), (2, 3, 5), (3, 2, 3, 4), (8, 4, 16, 16)]),
+    dtype=st.sampled_from(DTYPES),
+    offset=st.sampled_from([0.0, 100.0]),
+    train=st.booleans(),
+)
+def test_batchnorm_forward_backward_against_float64(dev, shape, dtype, offset, train):
+    # Data far from zero: the GPU reduces each channel in one pass, which must not cancel.
+    x, (scale, bias, rm, rv) = bn_inputs(shape, dtype, seed=5)
+    x = (x.astype(np.float64) + offset).astype(dtype)
+    dy = np.random.default_rng(6).standard_normal(shape).astype(dtype)
+    tol = {np.float16: 2e-2, np.float32: 1e-4, np.float64: 1e-9}[dtype]
+    mean, var = batch_stats(x) if train else (rm.astype(np.float64), rv.astype(np.float64))
+    ts = to_tensors([x, scale, bias], dev)
+    stats = [tensor.from_numpy(p, dev) for p in (rm, rv)]
+    autograd.training = True
+    y = autograd.batchnorm_2d(*ts, *stats, training=train)
+    grads = autograd.gradients(y, tensor.from_numpy(dy, dev))
+    autograd.training = False
+    want = [ref_bn(x, scale, bias, mean, var), *ref_bn_grads(x, scale, dy, mean, var, train)]
+    for got, w in zip([y, *(grads[t] for t in ts)], want):
+        assert tensor.to_numpy(got).dtype == dtype
+        np.testing.assert_allclose(tensor.to_numpy(got).astype(np.float64), w, rtol=tol, atol=tol)
+    if train:
+        m = x.size // x.shape[1]
+        for got, old, new in ((stats[0], rm, mean), (stats[1], rv, var * m / (m - 1))):
+            want_stat = 0.9 * old.astype(np.float64) + 0.1 * new
+            np.testing.assert_allclose(tensor.to_numpy(got), want_stat, rtol=tol, atol=tol)
+
+
 def test_batchnorm_bad_input(dev):
     x, params = bn_inputs((2, 3, 2, 2), np.float32)
     ts = [tensor.from_numpy(a, dev) for a in (x, *params)]
