@@ -14,7 +14,7 @@ import pytest
 from singa_lite import backend, opt, tensor
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "benchmarks"))
-import training as T  # noqa: E402  (benchmarks/training.py: the four benchmark models)
+import training as T
 
 SMALL = {  # the benchmark architectures at a batch small enough for a unit test
     "mlp": (16, 784),

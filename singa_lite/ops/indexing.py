@@ -163,11 +163,21 @@ class GetItem(_ScatterBack):
             else:
                 xp = backend.get_array_module(arr)
                 on_device.append((axis, xp.stack([arr.min(), arr.max()]).astype(np.int64)))
-        if on_device:
-            xp = backend.get_array_module(on_device[0][1])
-            bounds = backend.to_host(xp.concatenate([b for _, b in on_device]))
-            for i, (axis, _) in enumerate(on_device):
-                self._raise_outside(x, axis, int(bounds[2 * i]), int(bounds[2 * i + 1]))
+        for axis, bounds in on_device:  # checked where they are (see _Indexed.in_range)
+            n = x.shape[axis]
+            lo_hi = bounds
+
+            def error(axis: int = axis, n: int = n, lo_hi: Any = lo_hi) -> Exception:
+                if isinstance(lo_hi, np.ndarray):
+                    self._raise_outside(x, axis, int(lo_hi[0]), int(lo_hi[1]))
+                return IndexError(
+                    f"{self.name}: an index is out of range [{-n}, {n}) for axis {axis} "
+                    f"(input shape {tuple(x.shape)})"
+                )
+
+            backend.check(
+                ((bounds[0] < -n) | (bounds[1] >= n)), f"{self.name}: axis {axis} in [-{n}, {n})", error
+            )
 
     def _raise_outside(self, x: Any, axis: int, lo: int, hi: int) -> None:
         n = x.shape[axis]
@@ -234,18 +244,25 @@ class _Indexed(Operator):
         """``idx`` with negatives counted from ``n``; ``ShapeError`` if any lies outside [-n, n).
 
         Device indices must be checked: CuPy's ``take`` and integer indexing wrap out-of-range
-        indices around silently. Here the indices are on the device (a Tensor), so the check
-        reads their [min, max] back: one counted host read, a synchronisation on a GPU. Indices
-        given on the host never get here (see :func:`_index_tensor`). Clamping and raising
-        later from an asynchronous error flag would avoid the wait, but the error would then
-        surface at some unrelated later read, or never.
+        indices around silently. Indices given on the host never get here (see
+        :func:`_index_tensor`); a Tensor's are checked where they are, through ``backend.check``:
+        at once on the host, and on a device as a flag raised at the next host read, so that a
+        step with an embedding lookup neither waits for the GPU nor stops a CUDA-graph capture
+        (the step that got a bad index has then run, on wrapped indices).
         """
         if self.indices_checked or idx.size == 0:
             return idx
-        lo, hi = (int(v) for v in backend.to_host(self.xp.stack([idx.min(), idx.max()])))
-        if lo < -n or hi >= n:
-            raise self.error(f"index out of range [{-n}, {n}): min {lo}, max {hi}", x, idx)
-        return self.xp.where(idx < 0, idx + n, idx) if lo < 0 else idx
+        xp = self.xp
+        bad = ((idx < -n) | (idx >= n)).any()
+
+        def error() -> Exception:
+            where = f": min {int(idx.min())}, max {int(idx.max())}" if isinstance(idx, np.ndarray) else ""
+            return self.error(f"index out of range [{-n}, {n}){where}", x, idx)
+
+        backend.check(bad, f"{self.name}: indices in [-{n}, {n})", error)
+        if xp is np and idx.min() >= 0:
+            return idx  # nothing to shift (free to know on the host)
+        return xp.where(idx < 0, idx + n, idx)
 
 
 def _index_tensor(op: _Indexed, indices: Any, x: Tensor, axis: int, opname: str) -> Tensor:
