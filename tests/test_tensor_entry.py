@@ -1,0 +1,101 @@
+"""Arrays of another device meeting tensors at every entry point (G5/G6 of the GPU notes).
+
+CuPy refuses ``np.asarray`` of its arrays and host arrays in its assignments; a pretend
+device backend whose arrays NumPy cannot read stands in for it here, so the entry points are
+checked to move values through the backend, never through an implicit conversion."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+from singa_lite import backend, device, tensor
+
+
+class Boxed:
+    """An array of a pretend device: a dtype, a shape, and no implicit NumPy conversion."""
+
+    def __init__(self, arr: np.ndarray) -> None:
+        self.arr = np.array(arr)
+        self.dtype, self.shape, self.ndim, self.size = (
+            self.arr.dtype,
+            self.arr.shape,
+            self.arr.ndim,
+            self.arr.size,
+        )
+
+    def reshape(self, *shape: Any) -> Boxed:
+        return Boxed(self.arr.reshape(*shape))
+
+    def __array__(self, *args: Any, **kwargs: Any) -> np.ndarray:
+        raise TypeError("Implicit conversion to a NumPy array is not allowed")
+
+
+class BoxBackend:
+    name = "boxes"
+    xp = np
+
+    @staticmethod
+    def is_array(a: Any) -> bool:
+        return isinstance(a, Boxed)
+
+    @staticmethod
+    def to_numpy(a: Boxed) -> np.ndarray:
+        return a.arr.copy()
+
+    @staticmethod
+    def raise_deferred() -> None:
+        pass
+
+
+@pytest.fixture
+def boxes(monkeypatch):
+    monkeypatch.setitem(backend._BACKENDS, BoxBackend.name, BoxBackend())
+
+
+def test_from_numpy_takes_another_devices_array(boxes):
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    with backend.count_host_reads() as reads:
+        t = tensor.from_numpy(Boxed(x))
+    np.testing.assert_array_equal(t.numpy(), x)
+    assert sum(reads.values()) == 1  # one transfer, counted
+
+
+def test_copy_from_numpy_and_set_value_take_another_devices_array(boxes):
+    t = tensor.Tensor((2, 3))
+    t.copy_from_numpy(Boxed(np.ones(6, np.float64)))
+    np.testing.assert_array_equal(t.numpy(), np.ones((2, 3)))
+    assert t.dtype == np.float32  # cast to the tensor's dtype
+    t.set_value(Boxed(np.array([1.0, 2.0, 3.0])))  # broadcast over rows
+    np.testing.assert_array_equal(t.numpy(), [[1, 2, 3], [1, 2, 3]])
+    t[0] = Boxed(np.array([7.0, 8.0, 9.0]))
+    np.testing.assert_array_equal(t.numpy()[0], [7, 8, 9])
+
+
+def test_setitem_takes_tensors_and_index_arrays(dev):
+    t = tensor.from_numpy(np.zeros((3, 4), np.float32), dev)
+    t[tensor.from_numpy(np.array([0, 2]), dev)] = tensor.from_numpy(np.ones(4, np.float32), dev)
+    t[np.array([1]), [3]] = 5.0
+    t[:, 0] = np.array([4.0, 4.0, 4.0])  # a host array into a (possibly device) tensor
+    want = np.zeros((3, 4), np.float32)
+    want[[0, 2]] = 1
+    want[1, 3] = 5
+    want[:, 0] = 4
+    np.testing.assert_array_equal(t.numpy(), want)
+    t.set_value(np.float32(2))
+    assert (t.numpy() == 2).all()
+
+
+def test_object_arrays_are_refused():
+    from singa_lite.errors import DTypeError
+
+    with pytest.raises(DTypeError, match="object arrays"):
+        tensor.from_numpy(np.array([object()]))
+    with pytest.raises(DTypeError, match="object arrays"):
+        tensor.Tensor((1,)).copy_from_numpy(np.array([object()]))
+
+
+def test_activate_is_harmless_on_the_cpu():
+    device.create_cpu_device().activate()
