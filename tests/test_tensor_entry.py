@@ -19,12 +19,8 @@ class Boxed:
 
     def __init__(self, arr: np.ndarray) -> None:
         self.arr = np.array(arr)
-        self.dtype, self.shape, self.ndim, self.size = (
-            self.arr.dtype,
-            self.arr.shape,
-            self.arr.ndim,
-            self.arr.size,
-        )
+        a = self.arr
+        self.dtype, self.shape, self.ndim, self.size = a.dtype, a.shape, a.ndim, a.size
 
     def reshape(self, *shape: Any) -> Boxed:
         return Boxed(self.arr.reshape(*shape))
