@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from singa_lite import backend
 from singa_lite.dist.communicator import Communicator, MPICommunicator
 from singa_lite.errors import DistributedError
 
@@ -147,7 +148,7 @@ class NcclCommunicator(Communicator):
         self.check_buffer(buf)
         if counts is None:
             sizes = self.all_gather(self.xp.array([buf.size], dtype=np.int64))
-            counts = [int(c) for c in sizes.get().reshape(-1)]
+            counts = [int(c) for c in backend.to_host(sizes).reshape(-1)]
         padded = self.xp.zeros(max(max(counts), 1), dtype=buf.dtype)
         padded[: buf.size] = buf.reshape(-1)
         rows = self.all_gather(padded)

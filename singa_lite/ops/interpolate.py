@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from singa_lite import backend
 from singa_lite.autograd import Operator
 from singa_lite.errors import DTypeError, ShapeError
 from singa_lite.tensor import Tensor
@@ -116,7 +117,7 @@ class Resize(Operator):
             # tf_crop_and_resize: outputs mapped outside the input get extrapolation_value
             # (and no gradient): their taps weigh 0, then the value is set.
             outside = (src < 0) | (src > n_in - 1) if self.coord == "tf_crop_and_resize" else None
-            if outside is not None and not bool(outside.any()):
+            if outside is not None and not bool(backend.to_host(outside.any())):
                 outside = None
             taps = self._taps(src, n_in, scale, x.dtype, outside)
             y = _gather(self.xp, y, axis, taps)
@@ -260,7 +261,7 @@ def _scatter(xp: Any, dy: Any, axis: int, n_in: int, taps: list) -> Any:
         # idx never decreases, so the outputs of input i are the run starts[i] .. +counts[i].
         counts = xp.bincount(idx, minlength=n_in)
         starts = xp.cumsum(counts) - counts
-        for k in range(int(counts.max())):  # one pass per output sharing an input
+        for k in range(int(backend.to_host(counts.max()))):  # one pass per output sharing an input
             live = (counts > k).astype(dy.dtype)
             dx += v.take(xp.minimum(starts + k, n_out - 1), axis=1) * live[:, None]
     return dx.reshape(shape[:axis] + (n_in,) + shape[axis + 1 :])

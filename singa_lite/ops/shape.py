@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from singa_lite import backend
 from singa_lite.autograd import Operator
 from singa_lite.errors import DTypeError, ShapeError
 from singa_lite.ops._util import normalize_axis, unbroadcast
@@ -375,7 +376,7 @@ class RoundTo(Operator):
 
     def forward(self, x: Any) -> Any:
         self.float_in = x.dtype.kind == "f"
-        y = self.fn(self.device.backend.to_numpy(x))  # ml_dtypes' types exist on the host only
+        y = self.fn(backend.to_host(x))  # ml_dtypes' types exist on the host only
         return self.xp.asarray(y, dtype=x.dtype)
 
     def backward(self, dy: Any) -> Any:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from singa_lite import backend
 from singa_lite.autograd import Operator
 from singa_lite.errors import DTypeError, ShapeError
 from singa_lite.tensor import Tensor
@@ -402,7 +403,7 @@ def _bound(b: float | Tensor | None) -> float | None:
         return b
     if b.size() != 1:
         raise ShapeError(f"Clip: a bound must be a number or a 1-element tensor, got shape {b.shape}")
-    return b.data.reshape(()).item()
+    return backend.to_host(b.data.reshape(())).item()
 
 
 def exp(x: Tensor) -> Tensor:

@@ -206,6 +206,7 @@ def fake_cupy(monkeypatch: pytest.MonkeyPatch) -> _FakeCupy:
         xp=fake,
         is_array=lambda a: isinstance(a, _FakeGpuArray),
         to_numpy=np.asarray,
+        raise_deferred=lambda: None,
         device_count=lambda: 2,
     )
     monkeypatch.setitem(backend._BACKENDS, "cupy", gpus)
