@@ -321,7 +321,7 @@ class Tensor:
             dt = self.dtype
             if dt.kind in "iub" and not isinstance(x, (bool, int, np.integer)):
                 dt = np.dtype(float32)
-            arr = self.device.xp.asarray(x, dtype=dt)
+            arr = _scalar_array(self.device, x, dt)
         else:
             arr = _to_device_array(x, self.device)
         return Tensor._wrap(arr, self.device, False, None, 0)
@@ -423,6 +423,26 @@ def _ew() -> Any:
 def _float_for(dtype: np.dtype) -> Any:
     # Generators sample float32/float64 only; float16 and integer tensors sample float32.
     return dtype if dtype in (np.float32, np.float64) else np.float32
+
+
+_SCALARS: dict[tuple, Any] = {}
+"""0-d device arrays of the scalar operands of tensor arithmetic (``t * 2.0``), by device,
+dtype and value. On a GPU each new 0-d array costs an allocation and a fill kernel (~10 us);
+a loop's scalars repeat, so each is made once. Ops never write into their inputs."""
+
+
+def _scalar_array(dev: _device.Device, x: Any, dt: np.dtype) -> Any:
+    if dev.backend.name == "numpy":
+        return np.asarray(x, dtype=dt)  # a host 0-d array costs next to nothing
+    value = np.asarray(x).item()
+    key = (dev.id(), dt.str, type(value), value)
+    arr = _SCALARS.get(key)
+    if arr is None:
+        if len(_SCALARS) >= 1024:  # scalars that never repeat (NaN among them) must not pile up
+            _SCALARS.clear()
+        dev.activate()
+        arr = _SCALARS[key] = dev.xp.asarray(x, dtype=dt)
+    return arr
 
 
 def _host_or_device_array(data: Any) -> Any:

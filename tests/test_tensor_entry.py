@@ -95,3 +95,19 @@ def test_object_arrays_are_refused():
 
 def test_activate_is_harmless_on_the_cpu():
     device.create_cpu_device().activate()
+
+
+def test_scalar_operands_are_made_once_per_value_on_a_device(monkeypatch):
+    """``t * 2.0`` on a GPU used to allocate and fill a 0-d device array on every call (G25)."""
+    from singa_lite import tensor as T
+
+    dev = device.Device(-1, "numpy")
+    monkeypatch.setattr(
+        dev, "backend", type("FakeGpu", (), {"name": "fake", "activate": staticmethod(lambda i: None)})
+    )
+    monkeypatch.setattr(T, "_SCALARS", {})
+    t = tensor.Tensor((3,), dev)
+    t.set_value(1.0)
+    ys = [t * 2.0, t * 2.0, t + 2.0, t * 3.0]
+    assert len(T._SCALARS) == 2  # 2.0 once (for * and +), 3.0 once
+    assert [float(y.numpy()[0]) for y in ys] == [2.0, 2.0, 3.0, 3.0]
