@@ -49,3 +49,14 @@ def _training_off() -> object:
     autograd.training = False
     yield
     autograd.training = False
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    """Say how many distributed tests ran: pytest's default norecursedirs skips folders named
+    ``dist``, so without the setting in pyproject.toml they would silently not be collected."""
+    reports = [r for key in ("passed", "failed", "skipped") for r in terminalreporter.stats.get(key, [])]
+    dist = {r.nodeid for r in reports if r.nodeid.startswith(("tests/dist/", "singa_lite/dist/"))}
+    if dist:
+        terminalreporter.write_line(
+            f"distributed tests (tests/dist, singa_lite/dist doctests): {len(dist)} run"
+        )
