@@ -7,6 +7,8 @@ cd "$(dirname "$0")"
 [ -x .venv/bin/python ] || python3 -m venv .venv
 pip() { .venv/bin/python -m pip -q --disable-pip-version-check "$@"; }
 # Install once per pyproject.toml (the package itself is editable): later runs work offline.
+# [dev] includes [gpu-check], the NVRTC wheels that tests/test_kernel_compile.py compiles the
+# CUDA kernels with (no GPU needed; ~100 MB).
 stamp=.venv/.installed-dev
 if [ "$(cat "$stamp" 2>/dev/null)" != "$(cksum < pyproject.toml)" ]; then
     pip install -e '.[dev]'

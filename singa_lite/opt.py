@@ -16,6 +16,8 @@ Updates follow ``torch.optim`` exactly (SGD, Adam, AdamW, Adagrad, RMSprop with 
 for the options not listed here), run in each parameter's own dtype (float32 stays float32),
 write the parameter's array in place, and never write the caller's gradient array: one
 backward can hand the same array to several parameters (``a + b`` passes ``dy`` to both).
+On CuPy, an SGD or Adam/AdamW update of a float32/float64 parameter is one fused kernel
+(``backend/cupy_kernels.py``) doing the same operations in the same order, so the same bits.
 
 >>> import numpy as np
 >>> from singa_lite import opt, tensor
@@ -39,6 +41,7 @@ from numbers import Integral, Real
 from typing import Any
 
 from singa_lite import autograd, backend, tensor
+from singa_lite.backend import cupy_kernels
 from singa_lite.device import device_of_array
 from singa_lite.errors import ArgumentError, DTypeError, OptimizerError, ShapeError, StateMismatchError
 from singa_lite.tensor import Tensor
@@ -489,10 +492,28 @@ class SGD(Optimizer):
     def apply(self, param_name: str, param_value: Tensor, param_grad: Tensor) -> None:
         """``param_value -= lr * direction`` in place (see the class docstring)."""
         p, g, xp, c = self._prepare(param_name, param_value, param_grad)
+        buf = self.moments.get(param_name) if self.momentum else None
+        if cupy_kernels.usable(xp, p, g, *(() if buf is None else (buf,))):
+            # One launch with the arithmetic of the lines below, bit for bit (kernels/optim.cu).
+            first = bool(self.momentum) and buf is None
+            if first:
+                buf = self.moments[param_name] = xp.empty_like(p)
+            cupy_kernels.sgd_update(
+                xp,
+                p,
+                g,
+                buf,
+                self._lr_operand(xp, c),
+                weight_decay=c(self.weight_decay),
+                momentum=c(self.momentum),
+                undampened=c(1 - self.dampening) if self.dampening else None,
+                nesterov=self.nesterov,
+                first=first,
+            )
+            return
         if self.weight_decay:
             g = _decayed(xp, p, g, c(self.weight_decay))
         if self.momentum:
-            buf = self.moments.get(param_name)
             if buf is None:
                 buf = self.moments[param_name] = g.copy()
             else:
@@ -551,13 +572,30 @@ class Adam(Optimizer):
         """One Adam update of ``param_value`` in place (see the class docstring)."""
         p, g, xp, c = self._prepare(param_name, param_value, param_grad)
         b1, b2 = self.beta_1, self.beta_2
-        if self.weight_decay and self._decoupled_decay:
-            wd = self.weight_decay
-            p *= backend.step_scalar(xp, c, ("decay", id(self)), lambda: 1 - self.lr_value * wd)
-        elif self.weight_decay:
-            g = _decayed(xp, p, g, c(self.weight_decay))
         m = self._slot(self.m, param_name, p, xp)
         v = self._slot(self.v, param_name, p, xp)
+        decoupled = bool(self.weight_decay) and self._decoupled_decay
+        if cupy_kernels.usable(xp, p, g, m, v):
+            # One launch with the arithmetic of the lines below, bit for bit (kernels/optim.cu).
+            cupy_kernels.adam_update(
+                xp,
+                p,
+                g,
+                m,
+                v,
+                decay=self._decay(xp, c) if decoupled else c(1),
+                bc2=self._bc2(xp, c),
+                step=self._lr_bc1(xp, c),
+                weight_decay=c(self.weight_decay),
+                betas=(c(b1), c(1 - b1), c(b2), c(1 - b2)),
+                epsilon=c(self.epsilon),
+                decoupled=decoupled,
+            )
+            return
+        if decoupled:
+            p *= self._decay(xp, c)
+        elif self.weight_decay:
+            g = _decayed(xp, p, g, c(self.weight_decay))
         s = xp.multiply(g, c(1 - b1))  # the one scratch array of this update
         m *= c(b1)
         m += s
@@ -565,17 +603,29 @@ class Adam(Optimizer):
         s *= c(1 - b2)
         v *= c(b2)
         v += s
-        # Bias corrections at t = step_counter + 1, as per-step scalars (see _lr_operand).
         xp.sqrt(v, out=s)
-        s /= backend.step_scalar(
-            xp, c, ("bc2", id(self)), lambda: math.sqrt(1 - b2 ** (self.step_counter + 1))
-        )
+        s /= self._bc2(xp, c)
         s += c(self.epsilon)
         xp.divide(m, s, out=s)
-        s *= backend.step_scalar(
+        s *= self._lr_bc1(xp, c)
+        p -= s
+
+    # Per-step scalars (see _lr_operand); the bias corrections are those of t = step_counter + 1.
+    def _decay(self, xp: Any, c: Any) -> Any:
+        wd = self.weight_decay
+        return backend.step_scalar(xp, c, ("decay", id(self)), lambda: 1 - self.lr_value * wd)
+
+    def _bc2(self, xp: Any, c: Any) -> Any:
+        b2 = self.beta_2
+        return backend.step_scalar(
+            xp, c, ("bc2", id(self)), lambda: math.sqrt(1 - b2 ** (self.step_counter + 1))
+        )
+
+    def _lr_bc1(self, xp: Any, c: Any) -> Any:
+        b1 = self.beta_1
+        return backend.step_scalar(
             xp, c, ("lr_bc1", id(self)), lambda: self.lr_value / (1 - b1 ** (self.step_counter + 1))
         )
-        p -= s
 
 
 class AdamW(Adam):

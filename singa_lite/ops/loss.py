@@ -18,6 +18,7 @@ import numpy as np
 
 from singa_lite import backend
 from singa_lite.autograd import Operator
+from singa_lite.backend import cupy_kernels
 from singa_lite.errors import DTypeError
 from singa_lite.tensor import Tensor
 
@@ -100,12 +101,22 @@ class _Loss(Operator):
 
 class SoftMaxCrossEntropy(_Loss):
     """Softmax of the logits, then cross-entropy, fused: stable, and the gradient is
-    ``(softmax(x) * sum(t) - t) / N`` (``softmax(x) - t`` per sample when ``t`` sums to 1)."""
+    ``(softmax(x) * sum(t) - t) / N`` (``softmax(x) - t`` per sample when ``t`` sums to 1).
+
+    On CuPy, float32/float64 logits against class labels take one kernel each way
+    (``backend/kernels/softmax_ce.cu``): the per-element arithmetic below, with each row's
+    exponentials summed in another order.
+    """
 
     def forward(self, x: Any, t: Any) -> Any:
         xp = self.xp
         t = self.label_column(x, t)
         self.labels = self.targets(x, t)
+        self.kernel = self.labels and cupy_kernels.usable(xp, x, labels=t)
+        if self.kernel:
+            self.p, loss = cupy_kernels.softmax_ce_forward(xp, x, t)
+            self.t, self.dtype = t, x.dtype
+            return self.result(loss.sum(), x.shape[0], x.dtype)
         xc = self.compute(x)
         z = xc - xc.max(axis=1, keepdims=True)
         e = xp.exp(z)
@@ -123,6 +134,8 @@ class SoftMaxCrossEntropy(_Loss):
 
     def backward(self, dy: Any) -> tuple:
         p, t = self.p, self.t
+        if self.kernel and cupy_kernels.enabled():
+            return cupy_kernels.softmax_ce_backward(self.xp, p, t, dy), None
         N = p.shape[0]
         scale = (dy.reshape(()) / N).astype(p.dtype)
         if self.labels:

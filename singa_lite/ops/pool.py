@@ -4,6 +4,11 @@ Windows are visited one kernel tap at a time: a tap is a strided view of the pad
 (``x[:, :, i::s, j::s]``), so the loops run over ``prod(kernel)`` taps, never over pixels,
 and work the same on NumPy and CuPy.
 
+On CuPy, float32 and float64 pools of up to three spatial axes run as one kernel per
+direction (``backend/kernels/pool.cu``): the same taps in the same order, so the same sums, the
+same argmax and the same gradients, bit for bit (a maximum that is a zero of either sign, or a
+NaN, may differ in its sign or NaN bits); every other case, and NumPy always, runs the loops below.
+
 Padding may be an int, one value per spatial axis, or ``(begin, end)`` pairs per axis in axis
 order, i.e. ``(top, bottom, left, right)`` in 2-D as in SINGA's conv (ONNX's
 ``[x1_begin, x2_begin, x1_end, x2_end]`` must be reordered by the caller).
@@ -21,6 +26,7 @@ import numpy as np  # the window counts of AvgPool are host-side geometry; array
 
 from singa_lite import autograd
 from singa_lite.autograd import Operator
+from singa_lite.backend import cupy_kernels
 from singa_lite.errors import DTypeError, ShapeError
 from singa_lite.tensor import Tensor
 
@@ -232,9 +238,23 @@ def _flat_last_axis(xp: Any, y: Any, k: int, s: int, d: int, pb: int, op: Any) -
 class _Pool(Operator):
     """Shared set-up of the windowed pools: check the input, pad it, list the taps."""
 
+    taps: list | None  # the tap views of the padded input; None when a kernel ran forward
+
     def __init__(self, window: _Window) -> None:
         super().__init__(window.opname)
         self.win = window
+
+    def kernel_usable(self, x: Any) -> bool:
+        """Whether the pool kernels of the CuPy backend take ``x`` (see cupy_kernels.usable)."""
+        return self.win.n <= 3 and cupy_kernels.usable(self.xp, x)
+
+    def geometry(self) -> tuple:
+        """The window as the pool kernels' arguments (after ``prepare``)."""
+        w = self.win
+        return cupy_kernels.pool_geometry(self.x_shape[2:], self.out, w.kernel, w.stride, w.begin, w.dilation)
+
+    def tap_list(self) -> list:
+        return self.taps if self.taps is not None else self.win.taps(self.out)
 
     def prepare(self, x: Any, pad_value: Any, pad: bool = True) -> tuple[Any, list]:
         n = self.win.n
@@ -247,9 +267,9 @@ class _Pool(Operator):
         widths = self.win.pad_widths(sizes, self.out)
         self.x_shape = x.shape
         self.inner = (slice(None), slice(None), *(slice(b, b + s) for (b, _), s in zip(widths, sizes)))
+        self.padded_shape = (*x.shape[:2], *(b + s + e for (b, e), s in zip(widths, sizes)))
         if pad and any(b or e for b, e in widths):
             x = self.xp.pad(x, [(0, 0), (0, 0), *widths], constant_values=pad_value)
-        self.padded_shape = x.shape
         return x, self.win.taps(self.out)
 
 
@@ -261,6 +281,14 @@ class MaxPool(_Pool):
     def forward(self, x: Any) -> Any:
         xp = self.xp
         low = -xp.inf if x.dtype.kind == "f" else xp.iinfo(x.dtype).min
+        self.kernel, self.taps = self.kernel_usable(x), None
+        if self.kernel:
+            self.prepare(x, low, pad=False)
+            arg = None  # else the tap loop's dtype, so that either backward can follow
+            if autograd.is_recording():
+                arg = xp.int8 if _numel(self.win.kernel) < 128 else xp.int32
+            y, self.arg = cupy_kernels.max_pool_forward(xp, x, self.out, self.geometry(), arg)
+            return y
         if not autograd.is_recording():  # inference: no argmax to keep, no padding to make
             self.prepare(x, low, pad=False)
             self.arg = None
@@ -282,9 +310,14 @@ class MaxPool(_Pool):
 
     def backward(self, dy: Any) -> Any:
         xp = self.xp
-        dx = xp.zeros(self.padded_shape, dy.dtype)
         overlap = self.win.overlapping()
-        for t, tap in enumerate(self.taps):
+        if self.kernel:
+            dy = xp.ascontiguousarray(dy)
+            if cupy_kernels.usable(xp, dy):
+                geometry = self.geometry()
+                return cupy_kernels.max_pool_backward(xp, dy, self.arg, self.x_shape, geometry, overlap)
+        dx = xp.zeros(self.padded_shape, dy.dtype)
+        for t, tap in enumerate(self.tap_list()):
             hit = self.arg == t
             if overlap:
                 dx[tap] += dy * hit
@@ -308,6 +341,12 @@ class AvgPool(_Pool):
     def forward(self, x: Any) -> Any:
         if x.dtype.kind != "f":
             raise DTypeError(f"{self.name}: needs a floating-point input, got {x.dtype}")
+        self.kernel, self.taps, self.dtype = self.kernel_usable(x), None, x.dtype
+        if self.kernel:
+            self.prepare(x, 0, pad=False)
+            w = self.win
+            limits = cupy_kernels.count_limits(x.shape[2:], w.begin, w.end, self.count_include_pad)
+            return cupy_kernels.avg_pool_forward(self.xp, x, self.out, self.geometry(), limits)
         acc = x.dtype if x.dtype.itemsize >= 4 else self.xp.float32  # sum float16 in float32
         if autograd.is_recording() or acc != x.dtype:
             xpad, self.taps = self.prepare(x, 0)
@@ -344,9 +383,16 @@ class AvgPool(_Pool):
 
     def backward(self, dy: Any) -> Any:
         xp = self.xp
+        if self.kernel:
+            dy = xp.ascontiguousarray(dy)
+            if cupy_kernels.usable(xp, dy) and dy.dtype == self.dtype:  # 1 / count in x's dtype
+                w = self.win
+                limits = cupy_kernels.count_limits(self.x_shape[2:], w.begin, w.end, self.count_include_pad)
+                return cupy_kernels.avg_pool_backward(xp, dy, self.x_shape, self.geometry(), limits)
+            self.scale = self._inverse_counts(self.dtype)
         g = (dy * self.scale).astype(dy.dtype, copy=False)
         dx = xp.zeros(self.padded_shape, dy.dtype)
-        for tap in self.taps:
+        for tap in self.tap_list():
             dx[tap] += g
         return dx[self.inner]
 

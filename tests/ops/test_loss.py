@@ -173,6 +173,46 @@ def test_softmax_cross_entropy_is_stable(dev):
     np.testing.assert_allclose(loss, [1e4], rtol=1e-6)
 
 
+@given(
+    N=st.integers(1, 6),
+    C=st.sampled_from([1, 2, 7, 33, 300]),
+    dtype=FLOATS,
+    kind=st.sampled_from(["int32", "int64", "onehot"]),
+    dy_dtype=st.sampled_from(["same", "float64"]),
+    seed=st.integers(0, 99),
+)
+def test_softmax_cross_entropy_kernels(dev, monkeypatch, N, C, dtype, kind, dy_dtype, seed):
+    """On CuPy, float32/float64 logits against labels take the fused kernels; switching them
+    off (SINGA_LITE_RAW_KERNELS=0) runs the plain code: the same loss and gradient but for
+    the order in which each row's exponentials are summed."""
+    from singa_lite.backend import cupy_kernels
+
+    calls = []
+    for name in ("softmax_ce_forward", "softmax_ce_backward"):
+        orig = getattr(cupy_kernels, name)
+        monkeypatch.setattr(cupy_kernels, name, lambda *a, orig=orig: calls.append(1) or orig(*a))
+    rng = np.random.default_rng(seed)
+    x = (rng.standard_normal((N, C)) * 4).astype(dtype)
+    t = make_targets(kind, N, C, rng)
+    dy = np.array([rng.uniform(0.5, 2)], dtype if dy_dtype == "same" else np.float64)
+    runs = []
+    for switch in ("1", "0"):
+        monkeypatch.setenv("SINGA_LITE_RAW_KERNELS", switch)
+        with _training():
+            xs, ts = to_tensors([x, t], dev)
+            ts.requires_grad = ts.stores_grad = False
+            loss = softmax_cross_entropy(xs, ts)
+            grad = autograd.gradients(loss, dev.xp.asarray(dy))[xs]
+        runs.append((tensor.to_numpy(loss), tensor.to_numpy(grad)))
+    (loss1, grad1), (loss0, grad0) = runs
+    assert loss1.dtype == loss0.dtype == grad1.dtype == grad0.dtype == dtype
+    tol = {np.float16: 0, np.float32: 2e-5, np.float64: 1e-12}[dtype]
+    np.testing.assert_allclose(loss1, loss0, rtol=tol, atol=tol)
+    np.testing.assert_allclose(grad1, grad0, rtol=tol, atol=tol * float(dy[0]) / N)
+    uses_kernels = dev.is_gpu() and dtype != np.float16 and kind != "onehot"
+    assert len(calls) == (2 if uses_kernels else 0)
+
+
 def test_cross_entropy_clips_zero_probability(dev):
     y = np.array([[0.0, 1.0]], np.float32)
     loss = tensor.to_numpy(cross_entropy(*to_tensors([y, np.array([0])], dev)))

@@ -197,6 +197,76 @@ def test_float32_stays_float32(dev):
             assert y.dtype == np.float32 and g.dtype == np.float32
 
 
+def _pool_run(fn, x, dev, seed):
+    """``fn``'s output and input gradient for a random output gradient, recorded."""
+    with autograd_training():
+        (t,) = to_tensors([x], dev)
+        y = fn(t)
+        dy = np.random.default_rng(seed).standard_normal(y.shape).astype(x.dtype)
+        g = autograd.gradients(y, dev.xp.asarray(dy))[t]
+    return tensor.to_numpy(y), tensor.to_numpy(g)
+
+
+def _kernels_vs_tap_loops(fn, x, dev, monkeypatch, exact=True):
+    """Run ``fn`` with the pool kernels (CuPy) and without: the same bits either way, except
+    for a max pool's forward (``exact=False``): there the same values, as the sign of a zero
+    maximum and the bits of a NaN one are the ``maximum`` function's own choice."""
+    from singa_lite.backend import cupy_kernels
+
+    calls = []
+    for name in ("max_pool_forward", "max_pool_backward", "avg_pool_forward", "avg_pool_backward"):
+        orig = getattr(cupy_kernels, name)
+        monkeypatch.setattr(cupy_kernels, name, lambda *a, orig=orig: calls.append(1) or orig(*a))
+    runs = []
+    for switch in ("1", "0"):
+        monkeypatch.setenv("SINGA_LITE_RAW_KERNELS", switch)
+        runs.append(_pool_run(fn, x, dev, seed=0))
+    for i, (kernel, plain) in enumerate(zip(*runs)):
+        assert kernel.dtype == plain.dtype == x.dtype
+        np.testing.assert_array_equal(kernel, plain)
+        if exact or i == 1:  # gradients always
+            assert kernel.tobytes() == plain.tobytes(), f"kernel {kernel} != tap loop {plain}"
+    uses_kernels = dev.is_gpu() and x.dtype in (np.float32, np.float64)
+    assert len(calls) == (2 if uses_kernels else 0)  # forward and backward
+
+
+@given(case=pool_cases(), count_include_pad=st.booleans(), ties=st.booleans())
+def test_pool_kernels_equal_the_tap_loops(dev, monkeypatch, case, count_include_pad, ties):
+    x, k, s, pads, d, ceil_mode = case
+    if ties:  # many equal values (zeros of both signs): the argmax is the first in tap order
+        x = np.round(x).astype(x.dtype)
+    max_pool = lambda t: autograd.max_pool2d(t, k, s, pads, d, ceil_mode)  # noqa: E731
+    avg_pool = lambda t: autograd.avg_pool2d(t, k, s, pads, ceil_mode, count_include_pad, d)  # noqa: E731
+    _kernels_vs_tap_loops(max_pool, x, dev, monkeypatch, exact=False)
+    _kernels_vs_tap_loops(avg_pool, x, dev, monkeypatch)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_pool_kernels_other_ranks_and_special_values(dev, monkeypatch, dtype):
+    rng = np.random.default_rng(9)
+    x1 = rng.standard_normal((2, 3, 11)).astype(dtype)
+    max1 = lambda t: autograd.max_pool1d(t, 3, 2, (1, 2), 2, True)  # noqa: E731
+    _kernels_vs_tap_loops(max1, x1, dev, monkeypatch, exact=False)
+    _kernels_vs_tap_loops(lambda t: autograd.avg_pool1d(t, 4, 3, 1, True, False), x1, dev, monkeypatch)
+    x3 = rng.integers(-2, 3, (1, 2, 7, 6, 6)).astype(dtype)
+    x3[0, 0, 1, 2, 3] = np.nan
+    x3[0, 1, :3] = -np.inf
+    x3[0, 1, 4, 4, 4] = -0.0
+    max3 = lambda t: autograd.max_pool(t, 3, 2, 1, 1, True)  # noqa: E731
+    _kernels_vs_tap_loops(max3, x3, dev, monkeypatch, exact=False)
+    big = lambda t: autograd.max_pool(t, (6, 5, 5), 1, (1, 1, 2, 2, 0, 1))  # noqa: E731 (150 taps: int32 argmax)
+    _kernels_vs_tap_loops(big, x3, dev, monkeypatch, exact=False)
+    x3 = np.nan_to_num(x3, nan=0.5, neginf=-3.0)
+    avg3 = lambda t: autograd.avg_pool(t, (2, 3, 2), (1, 2, 2), 1, True, False)  # noqa: E731
+    _kernels_vs_tap_loops(avg3, x3, dev, monkeypatch)
+    # inference: the kernel without an argmax gives the separable sweep's maxima
+    monkeypatch.setenv("SINGA_LITE_RAW_KERNELS", "1")
+    (t,) = to_tensors([x3], dev)
+    want = tensor.to_numpy(autograd.max_pool(t, 3, 2, 1, 1, True))
+    monkeypatch.setenv("SINGA_LITE_RAW_KERNELS", "0")
+    np.testing.assert_array_equal(want, tensor.to_numpy(autograd.max_pool(t, 3, 2, 1, 1, True)))
+
+
 def test_pool_output_size():
     assert pool_output_size((28, 28), 2) == (14, 14)
     assert pool_output_size(5, 2, ceil_mode=True) == (3,)
