@@ -19,6 +19,7 @@ when it runs, else a number with a null pointer.
 
 from __future__ import annotations
 
+import math
 import os
 from importlib import resources
 from typing import Any
@@ -49,6 +50,10 @@ SOURCES: dict[str, tuple[str, ...]] = {
     ),
     "softmax_ce.cu": tuple(
         f"singa_softmax_ce_{d}<{t}, {lab}>" for d in ("fwd", "bwd") for t in _FLOATS for lab in _LABELS
+    ),
+    "conv.cu": tuple(f"singa_{k}<{t}>" for k in ("im2col", "col2im") for t in _FLOATS),
+    "bias_act.cu": tuple(
+        f"singa_{k}<{t}>" for k in ("bias_act_fwd", "bias_act_bwd", "bias_grad_sum") for t in _FLOATS
     ),
 }
 """Every kernel source and the template instantiations (name expressions) the wrappers launch."""
@@ -341,3 +346,164 @@ def softmax_ce_backward(xp: Any, p: Any, labels: Any, dy: Any) -> Any:
     args = (p, labels, scale, divisor, dx, np.int32(columns), np.int64(p.size))
     _launch(xp, "softmax_ce.cu", kernel, p.size, args)
     return dx
+
+
+# -- convolution columns ---------------------------------------------------------------------
+def usable_32bit(xp: Any, *arrays: Any, sizes: tuple[int, ...] = ()) -> bool:
+    """:func:`usable` for the kernels that index in 32 bits (conv columns, bias + activation):
+    ``arrays``, and the arrays of ``sizes`` elements they make, must each hold fewer than 2**31.
+
+    >>> usable_32bit(np, np.zeros(3, np.float32), sizes=(10,))  # NumPy: always the plain path
+    False
+    """
+    return usable(xp, *arrays) and all(n < 2**31 for n in (*(a.size for a in arrays), *sizes))
+
+
+COLS_K_MAJOR = 1
+COLS_CHANNEL_FIRST = 2
+_LAYOUTS = {"rows": 0, "columns": COLS_K_MAJOR | COLS_CHANNEL_FIRST}
+"""Column matrices (conv.cu): ``rows`` ``(G, N*windows, taps*C/G)`` with entries ordered (tap,
+channel), ops/conv.py's; ``columns`` ``(G, C/G*taps, N*windows)`` ordered (channel, tap),
+ops/conv_general.py's."""
+
+
+def col_shape(x_shape: tuple, out: tuple, kernel: tuple, group: int, layout: str) -> tuple[int, int, int]:
+    """The shape of the column matrix of an ``(N, C, *spatial)`` input in ``layout``.
+
+    >>> col_shape((2, 6, 5, 5), (3, 3), (3, 3), 2, "rows"), col_shape((2, 6, 5), (3,), (3,), 2, "columns")
+    ((2, 18, 27), (2, 9, 6))
+    """
+    windows = x_shape[0] * int(np.prod(out))
+    entries = x_shape[1] // group * int(np.prod(kernel))
+    return (group, windows, entries) if layout == "rows" else (group, entries, windows)
+
+
+def _conv_args(
+    x_shape: tuple, out: tuple, kernel: tuple, stride: tuple, begin: tuple, dilation: tuple, group: int
+) -> tuple:
+    """``(groups, channels per group, batch, *window geometry)`` as conv.cu takes them."""
+    geometry = pool_geometry(x_shape[2:], out, kernel, stride, begin, dilation)
+    return (np.int32(group), np.int32(x_shape[1] // group), np.int32(x_shape[0]), *geometry)
+
+
+def im2col(
+    xp: Any,
+    x: Any,
+    out: tuple,
+    kernel: tuple,
+    stride: tuple,
+    begin: tuple,
+    dilation: tuple,
+    group: int,
+    layout: str = "rows",
+) -> Any:
+    """The column matrix (:func:`col_shape`) of C-contiguous ``x (N, C, *spatial)``, up to 3
+    spatial axes, for ``out`` windows; ``begin`` is the padding before each axis (windows
+    never read past the end padding, so it needs no argument). One launch, padding included."""
+    col = xp.empty(col_shape(x.shape, out, kernel, group, layout), x.dtype)
+    args = (
+        x,
+        col,
+        np.int32(_LAYOUTS[layout]),
+        *_conv_args(x.shape, out, kernel, stride, begin, dilation, group),
+    )
+    _launch(xp, "conv.cu", template("singa_im2col", x.dtype), col.size, args)
+    return col
+
+
+def col2im(
+    xp: Any,
+    col: Any,
+    x_shape: tuple,
+    out: tuple,
+    kernel: tuple,
+    stride: tuple,
+    begin: tuple,
+    dilation: tuple,
+    layout: str = "rows",
+) -> Any:
+    """The adjoint of :func:`im2col`: a new C-contiguous ``x_shape`` array whose cells sum the
+    entries of ``col`` that read them, added in tap order (conv.cu). ``col`` is
+    ``(G, entries, N*windows)``: the transpose of a ``rows`` matrix, a ``columns`` one as it is."""
+    col = xp.ascontiguousarray(col)
+    x = xp.empty(x_shape, col.dtype)
+    flags = np.int32(_LAYOUTS[layout] & COLS_CHANNEL_FIRST)
+    args = (col, x, flags, *_conv_args(x_shape, out, kernel, stride, begin, dilation, col.shape[0]))
+    _launch(xp, "conv.cu", template("singa_col2im", col.dtype), x.size, args)
+    return x
+
+
+# -- bias + activation -----------------------------------------------------------------------
+ACTIVATIONS = ("identity", "relu", "sigmoid", "tanh", "gelu")
+"""The activations of bias_act.cu, by their code (the index)."""
+_BIAS_BLOCKS = 1024  # the backward's target: ~1 wave of 256-thread blocks on an H100
+_BIAS_LEAST = (128, 4096)  # fewest rows (inner == 1) / elements (else) worth a block: 16 a thread
+
+
+def bias_grid(outer: int, channels: int, inner: int) -> tuple[int, int, int]:
+    """``(tiles, chunks, chunk)`` of the bias + activation backward on ``(outer, C, inner)``:
+    32-channel tiles of a Dense layer's rows (``inner == 1``), one-channel tiles else; the
+    batch split into ``chunks`` of ``chunk`` rows or elements, enough blocks for the device.
+
+    >>> bias_grid(128, 512, 1), bias_grid(32, 16, 1024)
+    ((16, 1, 128), (16, 8, 4096))
+    """
+    if inner == 1:
+        tiles, items, least = -(-channels // 32), outer, _BIAS_LEAST[0]
+    else:
+        tiles, items, least = channels, outer * inner, _BIAS_LEAST[1]
+    chunks = max(1, min(-(-_BIAS_BLOCKS // max(tiles, 1)), -(-items // least), 65535))
+    chunk = max(1, -(-items // chunks))
+    return tiles, max(1, -(-items // chunk)), chunk
+
+
+def _outer_inner(shape: tuple, axis: int) -> tuple[int, int]:
+    return int(np.prod(shape[:axis])), int(np.prod(shape[axis + 1 :]))
+
+
+def bias_activation_forward(xp: Any, x: Any, b: Any, activation: str, axis: int) -> Any:
+    """``activation(x + b)`` with ``b`` along ``axis`` of C-contiguous ``x``: one launch."""
+    y = xp.empty_like(x)
+    cap = x.dtype.type(math.log(float(np.finfo(x.dtype).max)) - 1)  # as ops.activation.sigmoid_array
+    _, inner = _outer_inner(x.shape, axis)
+    code = np.int32(ACTIVATIONS.index(activation))
+    args = (x, b, y, code, cap, np.int32(x.shape[axis]), np.uint32(inner), np.uint32(x.size))
+    _launch(xp, "bias_act.cu", template("singa_bias_act_fwd", x.dtype), x.size, args)
+    return y
+
+
+def bias_activation_backward(
+    xp: Any, dy: Any, saved: Any, b: Any, activation: str, axis: int, need_x: bool, need_b: bool
+) -> tuple[Any, Any]:
+    """``(dx, db)`` of ``activation(x + b)`` from C-contiguous ``dy`` and ``saved`` (the output
+    for relu, sigmoid and tanh; the input for gelu; unused for identity, whose ``dx`` is ``dy``):
+    one launch, two when ``db`` is summed over several chunks of the batch. None where not
+    needed."""
+    channels = dy.shape[axis]
+    outer, inner = _outer_inner(dy.shape, axis)
+    identity = activation == "identity"
+    dx = xp.empty_like(dy) if need_x and not identity else None
+    tiles, chunks, chunk = bias_grid(outer, channels, inner)
+    db = partial = None
+    if need_b:
+        db = xp.empty(channels, dy.dtype)
+        partial = db if chunks == 1 else xp.empty((chunks, channels), dy.dtype)
+    if dx is not None or db is not None:
+        args = (
+            dy,
+            dy if saved is None else saved,
+            b,
+            np.uint64(0) if dx is None else dx,
+            np.uint64(0) if partial is None else partial,
+            np.int32(ACTIVATIONS.index(activation)),
+            np.int32(channels),
+            np.uint32(inner),
+            np.uint32(outer),
+            np.uint32(chunk),
+        )
+        kernel = function(xp, "bias_act.cu", template("singa_bias_act_bwd", dy.dtype))
+        kernel((tiles, chunks), (32, 8), args)
+    if db is not None and chunks > 1:
+        sums = (partial, db, np.int32(channels), np.int32(chunks))
+        _launch(xp, "bias_act.cu", template("singa_bias_grad_sum", dy.dtype), channels, sums)
+    return (dy if need_x and identity else dx), db

@@ -13,6 +13,7 @@ from singa_lite.ops import (
     conv,
     conv_general,
     elementwise,
+    fused,
     interpolate,
     linalg,
     loss,
@@ -26,6 +27,7 @@ from singa_lite.ops.activation import *  # noqa: F403
 from singa_lite.ops.conv import *  # noqa: F403
 from singa_lite.ops.conv_general import *  # noqa: F403
 from singa_lite.ops.elementwise import *  # noqa: F403
+from singa_lite.ops.fused import *  # noqa: F403
 from singa_lite.ops.interpolate import *  # noqa: F403
 from singa_lite.ops.linalg import *  # noqa: F403
 from singa_lite.ops.loss import *  # noqa: F403
@@ -48,6 +50,7 @@ _FAMILIES = (
     interpolate,
     recurrent,
     loss,
+    fused,
 )
 
 __all__: list[str] = [name for family in _FAMILIES for name in family.__all__]

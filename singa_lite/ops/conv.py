@@ -13,9 +13,14 @@ Groups run as a batch of GEMMs. Depthwise convs (one input channel per group) sk
 they are a sum over taps of shifted views times per-channel weights; when no backward follows,
 ``ops/depthwise.py`` does that sum in one einsum over channels-last windows.
 
-``im2col``/``col2im`` are written against ``xp`` so the same code runs on CuPy; a GPU backend
-may swap in raw kernels behind them. Padding is ``(top, bottom, left, right)`` (SINGA's
-convention; ONNX's ``pads`` are ``(top, left, bottom, right)``).
+``im2col``/``col2im`` are written against ``xp`` so the same code runs on CuPy. There, with the
+backend's kernels on (``backend/cupy_kernels.py``), one launch makes the whole column matrix
+straight from the NCHW input, padding included (``_KernelColumns``), and col2im is a gather
+that writes ``dx`` in NCHW: each input pixel adds its taps' entries to zero in the tap order
+of ``_scatter_taps`` (kernel row, then column), so both paths give the same bits.
+
+Padding is ``(top, bottom, left, right)`` (SINGA's convention; ONNX's ``pads`` are
+``(top, left, bottom, right)``).
 """
 
 from __future__ import annotations
@@ -23,10 +28,12 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from math import prod
 from typing import Any
 
 from singa_lite import autograd
 from singa_lite.autograd import Operator
+from singa_lite.backend import cupy_kernels
 from singa_lite.errors import DTypeError
 from singa_lite.ops import _cupy_kernels
 from singa_lite.tensor import Tensor
@@ -286,6 +293,44 @@ class _ColumnBlocks:
         return y
 
 
+class _KernelColumns(_ColumnBlocks):
+    """``_ColumnBlocks`` made by the CuPy backend's im2col kernel: one block, the whole
+    matrix from the NCHW image in one launch with the padding, so no padded copy is made or
+    kept. With ``keep``, a matrix of at most ``_KEEP_BYTES`` is kept for backward; a larger
+    one is made again from ``x``. ``geo`` is ``(kernel, stride, dilation, out_hw, group)``."""
+
+    def __init__(self, xp: Any, x: Any, pads: Pads, geo: tuple, keep: bool = False) -> None:
+        kernel, stride, dilation, out_hw, group = geo
+        self.xp, self.group, self.out_hw = xp, group, out_hw
+        self.K = kernel[0] * kernel[1] * x.shape[1] // group
+        self.x, self.geometry = x, (out_hw, kernel, stride, (pads[0], pads[2]), dilation, group)
+        self.blocks = [(0, x.shape[0], 0, out_hw[0])]
+        keep = keep and _col_size(x.shape, kernel, out_hw) * x.itemsize <= _KEEP_BYTES
+        self.kept = {} if keep else None
+
+    def col(self, blk: Block) -> Any:
+        if self.kept is not None and blk in self.kept:
+            return self.kept[blk]
+        col = cupy_kernels.im2col(self.xp, self.x, *self.geometry)
+        if self.kept is not None:
+            self.kept[blk] = col
+        return col
+
+
+def _column_blocks(xp: Any, x: Any, pads: Pads, geo: tuple, keep: bool = False) -> _ColumnBlocks:
+    """The column blocks of NCHW ``x`` for ``geo = (kernel, stride, dilation, out_hw, group)``:
+    by the backend's kernel where it takes ``x``, else from a padded NHWC copy."""
+    if cupy_kernels.usable_32bit(xp, x, sizes=(_col_size(x.shape, geo[0], geo[3]),)):
+        return _KernelColumns(xp, x, pads, geo, keep)
+    kernel, stride, dilation, out_hw, group = geo
+    return _ColumnBlocks(xp, pad_nhwc(xp, x, pads), kernel, stride, dilation, out_hw, group, keep)
+
+
+def _col_size(x_shape: tuple, kernel: tuple, out_hw: tuple) -> int:
+    """Entries of the column matrix of an NCHW input: every window of every channel."""
+    return x_shape[0] * x_shape[1] * kernel[0] * kernel[1] * out_hw[0] * out_hw[1]
+
+
 def _store_rows(xp: Any, m: Any, y: Any, blk: Block, bias: Any = None) -> None:
     """Write pixel rows ``m (g, rows, O/g)`` of block ``blk`` into NCHW ``y`` (+ ``bias (O,)``).
 
@@ -437,12 +482,10 @@ class Conv2d(_ConvBase):
 
     # blocked im2col + GEMM: general path
     def _gemm_forward(self, x: Any, W: Any, b: Any) -> Any:
-        xp = self.xp
-        xpad = pad_nhwc(xp, x, self.pads)
-        self.padded_shape = (xpad.shape[0], xpad.shape[3], xpad.shape[1], xpad.shape[2])
-        self.cols = _ColumnBlocks(
-            xp, xpad, self.kernel, self.stride, self.dilation, self.out_hw, self.group, keep=True
-        )
+        xp, (t, bo, l, r) = self.xp, self.pads
+        self.padded_shape = (*x.shape[:2], x.shape[2] + t + bo, x.shape[3] + l + r)
+        geo = (self.kernel, self.stride, self.dilation, self.out_hw, self.group)
+        self.cols = _column_blocks(xp, x, self.pads, geo, keep=True)
         self.Wm = _weight_matrix(W, self.group)
         y = xp.empty((x.shape[0], W.shape[0], *self.out_hw), dtype=x.dtype)
         return self.cols.conv(self.Wm, y, b)
@@ -452,23 +495,36 @@ class Conv2d(_ConvBase):
         dx_pads = self._dx_pads() if need_x else None
         if dx_pads is not None:
             return self._grads_by_conv(dy, dx_pads, need_W)
-        by_col2im = need_x
+        # col2im: a gather by the backend's kernel straight into dx, else a scatter into dpad
+        gather = (
+            need_x
+            and len(self.cols.blocks) == 1
+            and dy.dtype == self.W.dtype
+            and cupy_kernels.usable_32bit(
+                xp, dy, sizes=(_col_size(self.x_shape, self.kernel, self.out_hw), prod(self.x_shape))
+            )
+        )
+        by_col2im = need_x and not gather
         dWt: Any = None
         dpad: Any = None
+        dx = None
         if by_col2im:
             N, C, Hp, Wp = self.padded_shape
             dpad = xp.zeros((g, C // g, N, Hp, Wp), dy.dtype)  # channel-major: col2im's taps
-        if need_W or by_col2im:
+        if need_W or need_x:
             for blk in self.cols.blocks:
                 dyc = _block_channels_first(xp, dy, blk, g)  # (g, O/g, rows)
                 if need_W:  # dW^T += dy (O, rows) @ col (rows, K)
                     part = _gemm(xp, dyc, self.cols.col(blk))
                     dWt = part if dWt is None else xp.add(dWt, part, out=dWt)
-                if by_col2im:
+                if gather:
+                    t, _, l, _ = self.pads
+                    geo = (self.out_hw, self.kernel, self.stride, (t, l), self.dilation)
+                    dx = cupy_kernels.col2im(xp, _gemm(xp, self.Wm, dyc), self.x_shape, *geo)
+                elif by_col2im:
                     self._col2im_block(dyc, dpad, blk)
         dW = _weight_from_matrix(dWt.transpose(0, 2, 1), self.W.shape) if need_W else None
-        dx = None
-        if need_x:
+        if by_col2im:
             N, C, H, Wd = self.x_shape
             t, _, l, _ = self.pads
             nchw = dpad.reshape(C, N, *dpad.shape[3:]).transpose(1, 0, 2, 3)
@@ -515,7 +571,7 @@ class Conv2d(_ConvBase):
         Wf = self.W.reshape(g, O // g, cg, kh, kw)[..., ::-1, ::-1].transpose(0, 3, 4, 1, 2)
         Wf = Wf.reshape(g, kh * kw * (O // g), cg)
         H, Wd = self.x_shape[2:]
-        cols = _ColumnBlocks(xp, pad_nhwc(xp, dy, pads), self.kernel, (1, 1), self.dilation, (H, Wd), g)
+        cols = _column_blocks(xp, dy, pads, (self.kernel, (1, 1), self.dilation, (H, Wd), g))
         dx = xp.empty(self.x_shape, dtype=dy.dtype)
         dWf: Any = None
         for blk in cols.blocks:
@@ -571,7 +627,7 @@ class Conv2d(_ConvBase):
             t, _, l, _ = self.pads
             dx = dpad[:, :, t : t + H, l : l + Wd]
             if W.shape[0] != C:
-                dx = dx.reshape(N, C, -1, H, Wd).sum(axis=2)
+                dx = dx.reshape(N, C, W.shape[0] // C, H, Wd).sum(axis=2)  # -1 fails for N = 0
             dx = xp.ascontiguousarray(dx)
         return dx, dW
 
@@ -628,16 +684,29 @@ class ConvTranspose2d(_ConvBase):
         self.Wm = _weight_matrix(W, g)
         self.W_shape, self.has_bias = W.shape, b is not None
         self.xm = _pixel_rows(x, g)
-        dcol = _gemm(xp, self.Wm, self.xm.transpose(0, 2, 1)).transpose(0, 2, 1)
-        out = col2im(xp, dcol, (N, og * g, hp, wp), self.kernel, self.stride, self.dilation, self.in_hw)
-        y = xp.ascontiguousarray(out[:, :, t : hp - bo, l : wp - r])
+        dcol = _gemm(xp, self.Wm, self.xm.transpose(0, 2, 1))  # (g, K, N*H*W)
+        y_shape = (N, og * g, hp - t - bo, wp - l - r)
+        if cupy_kernels.usable_32bit(xp, dcol, sizes=(N * og * g * hp * wp,)):
+            geo = (self.in_hw, self.kernel, self.stride, (t, l), self.dilation)
+            y = cupy_kernels.col2im(xp, dcol, y_shape, *geo)  # the cropped output, gathered
+        else:
+            dcol = dcol.transpose(0, 2, 1)
+            out = col2im(xp, dcol, (N, og * g, hp, wp), self.kernel, self.stride, self.dilation, self.in_hw)
+            y = xp.ascontiguousarray(out[:, :, t : hp - bo, l : wp - r])
         if b is not None:
             y += b.reshape(1, -1, 1, 1)
         return y
 
     def backward(self, dy: Any) -> tuple:
         xp, g = self.xp, self.group
-        col = im2col(xp, pad_nhwc(xp, dy, self.pads), self.kernel, self.stride, self.dilation, self.in_hw, g)
+        if cupy_kernels.usable_32bit(xp, dy, sizes=(_col_size(dy.shape, self.kernel, self.in_hw),)):
+            t, _, l, _ = self.pads
+            geo = (self.in_hw, self.kernel, self.stride, (t, l), self.dilation, g)
+            col = cupy_kernels.im2col(xp, dy, *geo)  # padding included: no padded copy of dy
+        else:
+            col = im2col(
+                xp, pad_nhwc(xp, dy, self.pads), self.kernel, self.stride, self.dilation, self.in_hw, g
+            )
         dx = dW = None
         if self.needs_grad[0]:
             N, _, H, Wd = self.x_shape

@@ -5,7 +5,10 @@
 view lists every kernel tap's window, one copy makes it the column matrix
 ``(group, C/group * prod(kernel), N * prod(out))``, and a batched GEMM does the rest. Backward
 reuses the columns for the weight gradient and scatters the column gradient back tap by tap
-(``prod(kernel)`` strided adds, never a loop over pixels).
+(``prod(kernel)`` strided adds, never a loop over pixels). On CuPy, with the backend's kernels on
+(``backend/cupy_kernels.py``) and up to 3 spatial axes, one launch makes the column matrix from
+the unpadded input, and col2im is a gather into the cropped result that adds each cell's
+entries to zero in ``_scatter_taps``' tap order (axis 0 outermost): the same bits, fewer passes.
 
 Padding is given as ``(begin, end)`` pairs, one per spatial axis.
 """
@@ -18,6 +21,7 @@ from numbers import Integral
 from typing import Any
 
 from singa_lite.autograd import Operator
+from singa_lite.backend import cupy_kernels
 from singa_lite.errors import DTypeError, ShapeError
 from singa_lite.tensor import Tensor
 
@@ -92,6 +96,7 @@ class _ConvNdBase(Operator):
         self.stride = _per_axis(stride, n, f"{self.name} stride", 1)
         self.dilation = _per_axis(dilation, n, f"{self.name} dilation", 1)
         self.pads = _pairs(padding, n, f"{self.name} padding")
+        self.begin = tuple(pb for pb, _ in self.pads)
         if int(group) < 1:
             raise ValueError(f"{self.name}: group must be >= 1, got {group!r}")
         self.group = int(group)
@@ -117,6 +122,10 @@ class _ConvNdBase(Operator):
         """The input and output channels ``W`` expects and gives."""
         return W.shape[1] * self.group, W.shape[0]
 
+    def _kernels_take(self, a: Any, *sizes: int) -> bool:
+        """Whether the backend's im2col/col2im kernels read ``a`` and make ``sizes`` entries."""
+        return self.n <= 3 and cupy_kernels.usable_32bit(self.xp, a, sizes=sizes)
+
     def _bias_grad(self, dy: Any) -> Any:
         return dy.sum(axis=(0, *range(2, dy.ndim))) if self.needs_grad[2] else None
 
@@ -135,11 +144,17 @@ class ConvNd(_ConvNdBase):
         )
         if min(out) < 1:
             raise self.error(f"kernel {kernel} (dilation {self.dilation}) exceeds the padded input", x, W)
-        xpad = _pad(xp, x, self.pads)
         N, O, K = x.shape[0], W.shape[0], W.shape[1] * prod(kernel)
-        self.col = _windows(xp, xpad, kernel, self.stride, self.dilation, out, g).reshape(g, K, N * prod(out))
+        if self._kernels_take(x, g * K * N * prod(out)):
+            geo = (out, kernel, self.stride, self.begin, self.dilation, g)
+            self.col = cupy_kernels.im2col(xp, x, *geo, layout="columns")
+        else:
+            xpad = _pad(xp, x, self.pads)
+            self.col = _windows(xp, xpad, kernel, self.stride, self.dilation, out, g).reshape(
+                g, K, N * prod(out)
+            )
         self.Wm = W.reshape(g, O // g, K)
-        self.x_shape, self.padded_shape, self.W_shape, self.out = x.shape, xpad.shape, W.shape, out
+        self.x_shape, self.W_shape, self.out = x.shape, W.shape, out
         y = xp.matmul(self.Wm, self.col).reshape(O, N, *out).swapaxes(0, 1)
         y = xp.ascontiguousarray(y)
         if b is not None:
@@ -156,11 +171,17 @@ class ConvNd(_ConvNdBase):
         if self.needs_grad[0]:
             kernel = self.W_shape[2:]
             C = self.x_shape[1]
-            dcol = xp.matmul(self.Wm.swapaxes(1, 2), dym).reshape(C, *kernel, N, *self.out)
-            dpad = xp.zeros(self.padded_shape, dy.dtype)
-            _scatter_taps(dpad, dcol, kernel, self.stride, self.dilation, self.out)
-            inner = tuple(slice(pb, pb + size) for (pb, _), size in zip(self.pads, self.x_shape[2:]))
-            dx = dpad[_ALL2 + inner]
+            dcol = xp.matmul(self.Wm.swapaxes(1, 2), dym)  # (g, C/g * prod(kernel), N * prod(out))
+            if self._kernels_take(dcol, prod(self.x_shape)):
+                geo = (self.out, kernel, self.stride, self.begin, self.dilation)
+                dx = cupy_kernels.col2im(xp, dcol, self.x_shape, *geo, layout="columns")
+            else:
+                padded = tuple(size + pb + pe for size, (pb, pe) in zip(self.x_shape[2:], self.pads))
+                dpad = xp.zeros((N, C, *padded), dy.dtype)
+                dcol = dcol.reshape(C, *kernel, N, *self.out)
+                _scatter_taps(dpad, dcol, kernel, self.stride, self.dilation, self.out)
+                inner = tuple(slice(pb, pb + size) for (pb, _), size in zip(self.pads, self.x_shape[2:]))
+                dx = dpad[_ALL2 + inner]
         if len(self.needs_grad) < 3:
             return dx, dW
         return dx, dW, self._bias_grad(dy)
@@ -205,10 +226,16 @@ class ConvTransposeNd(_ConvNdBase):
         self.xm = x.swapaxes(0, 1).reshape(g, C // g, -1)  # (g, C/g, N * prod(size))
         self.Wm = W.reshape(g, C // g, og * prod(kernel))
         self.size, self.full, self.W_shape, self.x_shape = tuple(size), full, W.shape, x.shape
-        cols = xp.matmul(self.Wm.swapaxes(1, 2), self.xm).reshape(g * og, *kernel, N, *size)
-        out = xp.zeros((N, g * og, *full), x.dtype)
-        _scatter_taps(out, cols, kernel, self.stride, self.dilation, self.size)
-        y = xp.ascontiguousarray(out[self._crop()])
+        cols = xp.matmul(self.Wm.swapaxes(1, 2), self.xm)  # (g, og * prod(kernel), N * prod(size))
+        y_shape = (N, g * og, *(f - pb - pe for f, (pb, pe) in zip(full, self.pads)))
+        if self._kernels_take(cols, prod(y_shape)):
+            geo = (self.size, kernel, self.stride, self.begin, self.dilation)
+            y = cupy_kernels.col2im(xp, cols, y_shape, *geo, layout="columns")  # cropped, gathered
+        else:
+            out = xp.zeros((N, g * og, *full), x.dtype)
+            cols = cols.reshape(g * og, *kernel, N, *size)
+            _scatter_taps(out, cols, kernel, self.stride, self.dilation, self.size)
+            y = xp.ascontiguousarray(out[self._crop()])
         if b is not None:
             y += b.reshape(1, -1, *([1] * self.n))
         return y
@@ -218,11 +245,15 @@ class ConvTransposeNd(_ConvNdBase):
 
     def backward(self, dy: Any) -> tuple:
         xp, g = self.xp, self.group
-        dfull = xp.zeros((*dy.shape[:2], *self.full), dy.dtype)
-        dfull[self._crop()] = dy
         kernel = self.W_shape[2:]
-        col = _windows(xp, dfull, kernel, self.stride, self.dilation, self.size, g)
-        col = col.reshape(g, self.W_shape[1] * prod(kernel), -1)  # (g, og*prod(k), N*prod(size))
+        if self._kernels_take(dy, dy.shape[0] * dy.shape[1] * prod(kernel) * prod(self.size)):
+            geo = (self.size, kernel, self.stride, self.begin, self.dilation, g)
+            col = cupy_kernels.im2col(xp, dy, *geo, layout="columns")  # (g, og*prod(k), N*prod(size))
+        else:
+            dfull = xp.zeros((*dy.shape[:2], *self.full), dy.dtype)
+            dfull[self._crop()] = dy
+            col = _windows(xp, dfull, kernel, self.stride, self.dilation, self.size, g)
+            col = col.reshape(g, self.W_shape[1] * prod(kernel), -1)
         dx = dW = None
         if self.needs_grad[0]:
             N, C = self.x_shape[:2]

@@ -7,10 +7,12 @@ import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from opcheck import check_forward, check_grad
+from opcheck import check_forward, check_grad, to_tensors
 
 from singa_lite import autograd, tensor
+from singa_lite.backend import cupy_kernels
 from singa_lite.errors import DTypeError, ShapeError
+from singa_lite.ops import conv as conv_module
 from singa_lite.ops.conv import conv_output_size, same_padding
 
 
@@ -351,3 +353,180 @@ def test_same_padding(in_hw, k, s, d, mode, want):
         assert conv_output_size(n, kn, sn, (pb, pe), dn) == -(-n // sn)
     with pytest.raises(ValueError, match="SAME"):
         same_padding(in_hw, k, s, d, "VALID")
+
+
+# -- the CuPy backend's im2col/col2im kernels ------------------------------------------------------
+# On a GPU, SINGA_LITE_RAW_KERNELS=1 makes the column matrix in one launch (conv.cu) and col2im a
+# gather; these tests run each op with the switch on and off. On the CPU both runs are the plain path.
+def _grads_run(fn, arrays, dev, monkeypatch, switch):
+    """``fn``'s output and every input's gradient for a fixed random output gradient."""
+    monkeypatch.setenv(cupy_kernels.ENV, switch)
+    autograd.training = True
+    ts = to_tensors(arrays, dev)
+    y = fn(*ts)
+    dy = np.random.default_rng(7).standard_normal(y.shape).astype(y.dtype)
+    grads = autograd.gradients(y, dev.xp.asarray(dy))
+    return [tensor.to_numpy(y)] + [tensor.to_numpy(grads[t]) for t in ts]
+
+
+def kernels_vs_plain(fn, ref, arrays, dev, monkeypatch, columns=True):
+    """``fn`` forward and backward with the conv kernels on and off: both forwards match
+    ``ref``, the two runs agree (up to the GEMMs' rounding, which may take other paths when
+    the plain column matrix is a strided view), and only a GPU launches kernels, where the op
+    makes ``columns`` (a depthwise conv makes none)."""
+    calls = []
+    for name in ("im2col", "col2im"):
+        orig = getattr(cupy_kernels, name)
+        monkeypatch.setattr(cupy_kernels, name, lambda *a, orig=orig, **k: calls.append(1) or orig(*a, **k))
+    on = _grads_run(fn, arrays, dev, monkeypatch, "1")
+    launched = len(calls)
+    off = _grads_run(fn, arrays, dev, monkeypatch, "0")
+    assert len(calls) == launched  # switched off: the plain path
+    dtype = arrays[0].dtype
+    assert (launched > 0) == (columns and dev.is_gpu() and dtype in (np.float32, np.float64))
+    tol = TOL[dtype.type]
+    want = ref(*arrays)
+    for kernel, plain in zip(on, off):
+        assert kernel.dtype == plain.dtype == dtype and kernel.shape == plain.shape
+        np.testing.assert_allclose(kernel, plain, rtol=tol, atol=tol)
+    for y in (on[0], off[0]):
+        np.testing.assert_allclose(y.astype(np.float64), want.astype(np.float64), rtol=tol, atol=tol)
+
+
+@given(case=conv_cases(), dtype=st.sampled_from([np.float32, np.float64]), bias=st.booleans())
+def test_conv2d_kernels_match_the_plain_path(dev, monkeypatch, case, dtype, bias):
+    geo = {k: case[k] for k in ("stride", "padding", "dilation", "group")}
+    arrays = [_rand(case["x"], dtype), _rand(case["w"], dtype, seed=1)]
+    if bias:
+        arrays.append(_rand((case["w"][0],), dtype, seed=2))
+    fn = lambda *ts: autograd.conv2d(*ts, **geo)  # noqa: E731
+    depthwise = case["w"][1] == 1 and case["group"] > 1
+    kernels_vs_plain(fn, lambda *a: conv2d_ref(*a, **geo), arrays, dev, monkeypatch, not depthwise)
+
+
+@given(case=transpose_cases(), dtype=st.sampled_from([np.float32, np.float64]))
+def test_conv_transpose2d_kernels_match_the_plain_path(dev, monkeypatch, case, dtype):
+    geo = {k: case[k] for k in ("stride", "padding", "output_padding", "dilation", "group")}
+    arrays = [_rand(case["x"], dtype), _rand(case["w"], dtype, seed=1)]
+    fn = lambda *ts: autograd.conv_transpose2d(*ts, **geo)  # noqa: E731
+    kernels_vs_plain(fn, lambda *a: conv_transpose2d_ref(*a, **geo), arrays, dev, monkeypatch)
+
+
+@pytest.mark.parametrize(
+    "geo, channels",
+    [
+        (dict(stride=1, padding=1), (4, 4)),  # dx as a convolution of dy: im2col of dy
+        (dict(stride=1, padding=(1, 0, 2, 1), dilation=(2, 1)), (2, 6)),  # O > 2C: col2im
+        (dict(stride=(2, 3), padding=(0, 1, 2, 0), group=2), (4, 4)),  # strided: col2im
+    ],
+)
+def test_conv2d_kernel_grad(dev, monkeypatch, geo, channels):
+    monkeypatch.setenv(cupy_kernels.ENV, "1")
+    c, o = channels
+    x, w, b = _rand((2, c, 5, 4)), _rand((o, c // geo.get("group", 1), 3, 2), seed=1), _rand((o,), seed=2)
+    check_grad(lambda *ts: autograd.conv2d(*ts, **geo), [x, w, b], dev)
+    x, w = _rand((2, c, 3, 2)), _rand((c, 2, 2, 3), seed=1)
+    check_grad(lambda *ts: autograd.conv_transpose2d(*ts, stride=2, padding=(1, 0, 0, 1)), [x, w], dev)
+    x, w = _rand((2, c, 6)), _rand((3, c, 2), seed=1)
+    check_grad(lambda *ts: autograd.conv1d(*ts, stride=2, padding=(2, 1), dilation=2), [x, w], dev)
+
+
+@pytest.fixture
+def gpu(dev):
+    """The device, on a GPU only: the kernels themselves run on CuPy alone."""
+    if not dev.is_gpu():
+        pytest.skip("the conv kernels run on CuPy only; the CPU runs the plain path")
+    return dev
+
+
+@given(case=conv_cases(), dtype=st.sampled_from([np.float32, np.float64]))
+def test_im2col_col2im_kernels_bitwise(gpu, monkeypatch, case, dtype):
+    # im2col is a copy; col2im adds in the plain path's tap order: the same bits.
+    monkeypatch.setenv(cupy_kernels.ENV, "1")
+    xp, to_numpy = gpu.xp, gpu.backend.to_numpy
+    x = _rand(case["x"], dtype)
+    x[..., ::2] *= -0.0  # signed zeros survive the copy
+    x = xp.asarray(x)
+    N, C, H, W = x.shape
+    _, _, kh, kw = case["w"]
+    stride, dilation, g = _pair(case["stride"]), _pair(case["dilation"]), case["group"]
+    t, bo, l, r = pads = _pads4(case["padding"])
+    out = tuple(
+        conv_output_size(n, k, s, p, d)
+        for n, k, s, p, d in zip((H, W), (kh, kw), stride, ((t, bo), (l, r)), dilation)
+    )
+    col = cupy_kernels.im2col(xp, x, out, (kh, kw), stride, (t, l), dilation, g)
+    plain = conv_module.im2col(xp, conv_module.pad_nhwc(xp, x, pads), (kh, kw), stride, dilation, out, g)
+    assert (
+        col.shape == plain.shape
+        and to_numpy(col).tobytes() == to_numpy(xp.ascontiguousarray(plain)).tobytes()
+    )
+    taps = xp.asarray(_rand((g, kh * kw * C // g, N * out[0] * out[1]), dtype, seed=3))
+    dx = cupy_kernels.col2im(xp, taps, x.shape, out, (kh, kw), stride, (t, l), dilation)
+    padded = (N, C, H + t + bo, W + l + r)
+    full = conv_module.col2im(xp, taps.transpose(0, 2, 1), padded, (kh, kw), stride, dilation, out)
+    want = xp.ascontiguousarray(full[:, :, t : t + H, l : l + W])
+    assert dx.shape == want.shape and to_numpy(dx).tobytes() == to_numpy(want).tobytes()
+
+
+# -- the kernels' launches and arguments, against a recording stand-in for CuPy ------------------------
+@pytest.fixture
+def fake_cupy(monkeypatch):
+    from test_kernel_compile import FakeCupy
+
+    monkeypatch.setattr(cupy_kernels, "_modules", {})
+    monkeypatch.setattr(cupy_kernels, "_functions", {})
+    monkeypatch.setenv(cupy_kernels.ENV, "1")
+    fake = FakeCupy()
+    fake.empty, fake.empty_like = np.zeros, np.zeros_like  # the launches write nothing
+    return fake
+
+
+def test_conv_kernel_arguments(fake_cupy):
+    x = np.zeros((2, 6, 5, 7), np.float32)
+    geometry = ((3, 3), (3, 2), (2, 2), (1, 0), (1, 2), 2)  # out, kernel, stride, begin, dilation, group
+    col = cupy_kernels.im2col(fake_cupy, x, *geometry)
+    assert col.shape == (2, 2 * 9, 3 * 6) and col.dtype == np.float32
+    name, grid, block, args = fake_cupy.launches[-1]
+    assert name == "singa_im2col<float>" and grid == (3,) and block == (256,)  # one thread an entry
+    assert args[0] is x and args[1] is col and args[2:6] == (0, 2, 3, 2)
+    assert args[6:] == cupy_kernels.pool_geometry((5, 7), *geometry[:-1])
+    assert all(type(a) is np.int32 for a in args[2:])
+    col = cupy_kernels.im2col(fake_cupy, x.astype(np.float64), *geometry, layout="columns")
+    name, _, _, args = fake_cupy.launches[-1]
+    assert name == "singa_im2col<double>" and col.shape == (2, 3 * 6, 2 * 9) and args[2] == 3
+    taps = np.zeros((2, 3 * 6, 2 * 9), np.float32)
+    dx = cupy_kernels.col2im(fake_cupy, taps, x.shape, *geometry[:-1])
+    name, grid, _, args = fake_cupy.launches[-1]
+    assert name == "singa_col2im<float>" and dx.shape == x.shape and args[0] is taps and args[1] is dx
+    assert args[2:6] == (0, 2, 3, 2) and grid == (-(-x.size // 256),)
+    cupy_kernels.col2im(
+        fake_cupy, taps.transpose(0, 2, 1)[:, :, ::2], (1, 6, 3, 3), (1, 1), (1, 1), (1, 1), (0, 0), (1, 1)
+    )
+    assert fake_cupy.launches[-1][3][0].flags.c_contiguous  # a strided column matrix is copied first
+    cupy_kernels.col2im(fake_cupy, taps, x.shape, *geometry[:-1], layout="columns")
+    assert fake_cupy.launches[-1][3][2] == cupy_kernels.COLS_CHANNEL_FIRST
+    assert cupy_kernels.usable_32bit(fake_cupy, x, sizes=(2**31 - 1,))
+    assert not cupy_kernels.usable_32bit(fake_cupy, x, sizes=(2**31,))  # too big for the kernels' indices
+
+
+@pytest.mark.parametrize(
+    "stride, out_channels, keep_bytes, want",
+    [
+        (2, 4, 1 << 20, ["singa_im2col", "singa_col2im"]),  # the matrix kept; dx gathered
+        (2, 4, 0, ["singa_im2col", "singa_im2col", "singa_col2im"]),  # made again for dW
+        (1, 4, 1 << 20, ["singa_im2col", "singa_im2col"]),  # dx as a convolution: im2col of dy
+    ],
+)
+def test_conv2d_kernel_launches(fake_cupy, monkeypatch, stride, out_channels, keep_bytes, want):
+    monkeypatch.setattr(conv_module, "_KEEP_BYTES", keep_bytes)
+    op = conv_module.Conv2d(stride, 1)
+    op.xp, op.needs_grad = fake_cupy, (True, True)
+    x, w = np.ones((2, 3, 6, 6), np.float32), np.ones((out_channels, 3, 3, 3), np.float32)
+    y = op.forward(x, w)
+    dx, dW = op.backward(np.ones(y.shape, np.float32))
+    assert dx.shape == x.shape and dW.shape == w.shape
+    assert [name.split("<")[0] for name, *_ in fake_cupy.launches] == want
+    monkeypatch.setenv(cupy_kernels.ENV, "0")
+    op.forward(x, w)
+    assert len(fake_cupy.launches) == len(want)  # switched off

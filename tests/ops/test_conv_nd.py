@@ -8,12 +8,14 @@ import itertools
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
-from opcheck import check_forward, check_grad
+from opcheck import check_forward, check_grad, to_tensors
 
-from singa_lite import ops
+from singa_lite import autograd, ops, tensor
+from singa_lite.backend import cupy_kernels
 from singa_lite.errors import DTypeError, ShapeError
+from singa_lite.ops import conv_general
 
 
 def _rand(shape: tuple, dtype: type = np.float64, seed: int = 0) -> np.ndarray:
@@ -286,3 +288,101 @@ def test_onnx_3d_conv_transpose_refuses_short_attributes() -> None:
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     with pytest.raises(OnnxError, match="strides must have 3 values"):
         sonnx.prepare(model).run([np.zeros((1, 2, 3, 3, 3), np.float32)])
+
+
+# -- the CuPy backend's im2col/col2im kernels (up to 3 spatial axes) ---------------------------------
+def _grads_run(fn, arrays, dev, monkeypatch, switch):
+    monkeypatch.setenv(cupy_kernels.ENV, switch)
+    autograd.training = True
+    ts = to_tensors(arrays, dev)
+    y = fn(*ts)
+    dy = np.random.default_rng(7).standard_normal(y.shape).astype(y.dtype)
+    grads = autograd.gradients(y, dev.xp.asarray(dy))
+    return [tensor.to_numpy(y)] + [tensor.to_numpy(grads[t]) for t in ts]
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    g=geometry,
+    n=st.integers(1, 4),
+    dtype=st.sampled_from([np.float32, np.float64]),
+    transpose=st.booleans(),
+)
+def test_kernels_match_the_plain_path(dev, monkeypatch, g, n, dtype, transpose) -> None:
+    """Forward and backward with the kernels on and off (SINGA_LITE_RAW_KERNELS): both match
+    the reference, and each other up to the GEMMs' rounding. Four spatial axes: the plain path."""
+    g = {**g, "n": n, "size": min(g["size"], 4 if n == 4 else 5)}
+    x, w, b, stride, pads, dilation = _case(g, dtype)
+    assume(transpose or g["size"] + sum(pads[0]) >= g["d"] * (g["k"] - 1) + 1)  # the kernel fits
+    out_pad = (max(g["s"], g["d"]) - 1,) * n
+    if transpose:
+        w = _rand((x.shape[1], g["og"], *w.shape[2:]), dtype, 2)
+        b = _rand((g["og"] * g["group"],), dtype, 3)
+        want = conv_transpose_ref(x, w, b, stride, pads, out_pad, dilation, g["group"])
+    else:
+        want = conv_ref(x, w, b, stride, pads, dilation, g["group"])
+
+    def fn(x, w, b=None):
+        if transpose:
+            return ops.conv_transpose_nd(x, w, b, stride, pads, out_pad, dilation, g["group"])
+        return ops.conv_nd(x, w, b, stride, pads, dilation, g["group"])
+
+    arrays = [x, w] if b is None else [x, w, b]
+    calls = []
+    for name in ("im2col", "col2im"):
+        orig = getattr(cupy_kernels, name)
+        monkeypatch.setattr(cupy_kernels, name, lambda *a, orig=orig, **k: calls.append(1) or orig(*a, **k))
+    on = _grads_run(fn, arrays, dev, monkeypatch, "1")
+    launched = len(calls)
+    off = _grads_run(fn, arrays, dev, monkeypatch, "0")
+    assert len(calls) == launched and (launched > 0) == (dev.is_gpu() and n <= 3)
+    tol = 1e-5 if dtype == np.float32 else 1e-10
+    for kernel, plain in zip(on, off):
+        assert kernel.dtype == plain.dtype == dtype and kernel.shape == plain.shape
+        np.testing.assert_allclose(kernel, plain, rtol=tol, atol=tol)
+    np.testing.assert_allclose(on[0], want, rtol=tol, atol=tol)
+
+
+@pytest.mark.parametrize("n", [1, 2, 3])
+def test_kernel_grad(dev, monkeypatch, n) -> None:
+    monkeypatch.setenv(cupy_kernels.ENV, "1")
+    size, k = (5, 4, 3)[:n], (3, 2, 2)[:n]
+    stride, dilation = (2, 1, 2)[:n], (1, 2, 1)[:n]
+    pads = [(1, 0), (0, 1), (1, 1)][:n]
+    x, w, b = _rand((2, 4, *size), seed=1), _rand((2, 2, *k), seed=2), _rand((2,), seed=3)
+    check_grad(lambda *t: ops.conv_nd(*t, stride, pads, dilation, 2), [x, w, b], dev)
+    w = _rand((4, 1, *k), seed=2)
+    check_grad(lambda *t: ops.conv_transpose_nd(*t, stride, pads, (1, 0, 1)[:n], dilation, 2), [x, w, b], dev)
+
+
+@settings(max_examples=30, deadline=None)
+@given(g=geometry, n=st.integers(1, 3), dtype=st.sampled_from([np.float32, np.float64]))
+def test_columns_kernels_bitwise(dev, monkeypatch, g, n, dtype) -> None:
+    """The "columns" layout: im2col is a copy of the strided windows, col2im adds in the tap
+    order of ``_scatter_taps``: the plain path's bits (on a GPU; the kernels need CuPy)."""
+    if not dev.is_gpu():
+        pytest.skip("the conv kernels run on CuPy only; the CPU runs the plain path")
+    monkeypatch.setenv(cupy_kernels.ENV, "1")
+    xp, to_numpy = dev.xp, dev.backend.to_numpy
+    x, w, _, stride, pads, dilation = _case({**g, "n": n}, dtype)
+    assume(g["size"] + sum(pads[0]) >= g["d"] * (g["k"] - 1) + 1)
+    x[..., ::2] *= -0.0
+    x = xp.asarray(x)
+    group, kernel, begin = g["group"], w.shape[2:], tuple(p for p, _ in pads)
+    out = tuple(
+        (m + pb + pe - d * (k - 1) - 1) // s + 1
+        for m, k, s, d, (pb, pe) in zip(x.shape[2:], kernel, stride, dilation, pads)
+    )
+    col = cupy_kernels.im2col(xp, x, out, kernel, stride, begin, dilation, group, layout="columns")
+    win = conv_general._windows(xp, conv_general._pad(xp, x, pads), kernel, stride, dilation, out, group)
+    plain = xp.ascontiguousarray(win).reshape(col.shape)
+    assert to_numpy(col).tobytes() == to_numpy(plain).tobytes()
+    taps = xp.asarray(_rand(col.shape, dtype, 4))
+    dx = cupy_kernels.col2im(xp, taps, x.shape, out, kernel, stride, begin, dilation, layout="columns")
+    padded = xp.zeros((*x.shape[:2], *(m + pb + pe for m, (pb, pe) in zip(x.shape[2:], pads))), dtype)
+    conv_general._scatter_taps(
+        padded, taps.reshape(x.shape[1], *kernel, x.shape[0], *out), kernel, stride, dilation, out
+    )
+    inner = tuple(slice(pb, pb + m) for (pb, _), m in zip(pads, x.shape[2:]))
+    want = xp.ascontiguousarray(padded[(slice(None), slice(None), *inner)])
+    assert to_numpy(dx).tobytes() == to_numpy(want).tobytes()
