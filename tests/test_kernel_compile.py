@@ -9,7 +9,8 @@ wheels are missing.
 Loader checks: ``backend/cupy_kernels.py``'s pure-Python part (the switch, the layout test,
 launch sizes, argument packing, the per-device cache) against a recording stand-in for CuPy.
 Whether the kernels compute what the plain ``xp`` code computes is checked on a GPU, by the
-device-parametrised tests of the pools, the optimizers and the losses.
+device-parametrised tests of the pools, the optimizers, the losses, the convolutions and
+``ops.bias_activation`` (each with the kernels switched on and off).
 """
 
 from __future__ import annotations
