@@ -32,7 +32,13 @@ from typing import Any
 
 import numpy as np
 
-from singa_lite.errors import CheckpointError, CorruptCheckpointError, OnnxError
+from singa_lite.errors import (
+    CheckpointError,
+    CorruptCheckpointError,
+    IncompatibleCheckpointError,
+    OnnxError,
+    SingaLiteError,
+)
 from singa_lite.tensor import Tensor
 
 MODEL_KEY = "singa_lite.model"
@@ -63,7 +69,7 @@ def save(path: Any, model: Any, aux_states: dict | None = None, opset: int | Non
     return str(checkpoint.save_model_states(model, path, aux, blocking=True, root={"whole_model": True}))
 
 
-def load(path: Any, device: Any = None) -> Any:
+def load(path: Any, device: Any = None, limits: Any = None) -> Any:
     """The model saved by :func:`save`, ready for inference and further training.
 
     The result is a ``SONNXModel`` running the stored graph, with the saved params and states
@@ -72,23 +78,31 @@ def load(path: Any, device: Any = None) -> Any:
     ``model.train()``, ``model(x, y)`` runs ``train_one_batch``, one optimizer step on
     ``softmax_cross_entropy(forward(x), y)`` (SONNXModel's; subclass it for another loss).
     The file's other aux states are in ``model.aux_states``.
+
+    The file is checked as untrusted input: its graph as any ONNX model is (``limits``: a
+    :class:`singa_lite.sonnx.limits.Limits`, default the current ones; external data is
+    refused), its input specs before a placeholder is allocated, its optimizer entries before
+    the optimizer is made.
     """
-    import onnx
-
     from singa_lite import device as _device
+    from singa_lite.checkpoint.loader import input_specs
     from singa_lite.sonnx import SONNXModel
+    from singa_lite.sonnx import limits as _limits
 
+    lim = _limits.resolve(limits)
     path = os.fspath(path)
     raw, specs, opt_states = _read_graph(path)
-    try:
-        proto = onnx.load_from_string(raw.tobytes())
-    except Exception as e:  # protobuf's DecodeError and friends
-        raise OnnxError(f"{path}: the stored ONNX graph cannot be parsed: {e}") from e
+    checked = input_specs(path, specs, lim.max_tensor_bytes)
+    if raw.nbytes > lim.max_model_bytes:
+        raise OnnxError(f"{path}: the stored ONNX graph has {raw.nbytes} bytes, over Limits.max_model_bytes")
     dev = device if device is not None else _device.get_default_device()
-    model = SONNXModel(proto, device=dev)
+    try:
+        model = SONNXModel(raw.tobytes(), device=dev, limits=lim)
+    except OnnxError as e:
+        raise type(e)(f"{path}: the stored ONNX graph: {e}") from e
     if opt_states is not None:
         model.set_optimizer(_optimizer_from_states(path, opt_states))
-    placeholders = [Tensor(tuple(s["shape"]), dev, s["dtype"], requires_grad=False) for s in specs]
+    placeholders = [Tensor(shape, dev, dtype, requires_grad=False) for shape, dtype in checked]
     model.compile(placeholders, is_train=False)
     aux = model.load_states(path)
     aux.pop(MODEL_KEY, None)
@@ -110,15 +124,12 @@ def _read_graph(path: str) -> tuple[np.ndarray, list, dict | None]:
                 f"{path}: holds no model graph (it was written by save_states, not singa_lite.save); "
                 "build the model's class and call model.load_states(path) instead"
             )
-        raw = store.read_array(r.dataset(ref))
+        ds = r.dataset(ref)
+        if ds.dtype != np.uint8 or ds.ndim != 1:
+            raise CorruptCheckpointError(f"{path}: {ref}: the model graph must be a 1-d uint8 array")
+        raw = store.read_array(ds)
         specs = r.attrs("inputs").get("specs") or []
         opt_states = r.attrs("optimizer") or None
-    if raw.dtype != np.uint8 or raw.ndim != 1:
-        raise CorruptCheckpointError(f"{path}: {ref}: the model graph must be a 1-d uint8 array")
-    if not isinstance(specs, list) or not all(
-        isinstance(s, dict) and {"shape", "dtype"} <= set(s) for s in specs
-    ):
-        raise CorruptCheckpointError(f"{path}: inputs@specs is malformed: {specs!r}")
     return raw, specs, opt_states
 
 
@@ -130,7 +141,16 @@ def _optimizer_from_states(path: str, states: dict) -> Any:
     cls = getattr(opt, str(kind), None)
     if not (isinstance(cls, type) and issubclass(cls, opt.Optimizer)) or cls is opt.Optimizer:
         raise CheckpointError(f"{path}: unknown optimizer class {kind!r} in optimizer@optimizer")
-    return cls(**dict(states.get("hyperparams", {})))
+    hyper = states.get("hyperparams", {})
+    if not isinstance(hyper, dict):
+        raise CorruptCheckpointError(f"{path}: optimizer@hyperparams is not a JSON object: {hyper!r}"[:300])
+    try:
+        return cls(**hyper)
+    except (TypeError, ValueError, SingaLiteError) as e:
+        raise IncompatibleCheckpointError(
+            f"{path}: optimizer@hyperparams {sorted(hyper)} do not make a {kind}: {e} "
+            "(written by another singa_lite version, or damaged)"
+        ) from e
 
 
 __all__ = ["MODEL_KEY", "load", "save"]

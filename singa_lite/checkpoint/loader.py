@@ -12,6 +12,7 @@ a GPU: through a pinned buffer, one host-to-device copy into the tensor's array)
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -32,9 +33,12 @@ from singa_lite.errors import (
     SingaLiteError,
     StateMismatchError,
 )
-from singa_lite.tensor import Tensor
+from singa_lite.tensor import Tensor, as_dtype
 
 _H5_ERRORS = (OSError, KeyError, ValueError, TypeError, RuntimeError)
+PLACEHOLDER_LIMIT = 1 << 30
+"""The most bytes of placeholders that loading into an uncompiled model allocates from the
+file's input specs (a batch of inputs; far below anything real)."""
 
 
 @dataclass
@@ -75,15 +79,18 @@ class Report:
 
 @contextlib.contextmanager
 def open_verified(path: str) -> Iterator[store.Reader]:
-    """A :class:`store.Reader` on ``path`` after its whole-file checksum was verified."""
+    """A :class:`store.Reader` on ``path`` after its whole-file checksum was verified.
+
+    HDF5 parses exactly the bytes that were verified: the file behind the descriptor that was
+    checksummed, even when another process replaces ``path`` meanwhile (``_open_h5``).
+    """
     fd = integrity.open_regular(path)
     try:
         integrity.verify_fd(path, fd)
-        try:
-            f = h5py.File(integrity.fd_path(fd, path), "r")
-        except _H5_ERRORS as e:
-            raise CorruptCheckpointError(f"{path}: HDF5 cannot open the file: {e}") from e
-        with f:
+        f, handle = _open_h5(path, fd)
+        with contextlib.ExitStack() as stack, f:
+            if handle is not None:
+                stack.callback(handle.close)  # runs after the File is closed
             try:
                 yield store.Reader(path, f)
             except _H5_ERRORS as e:
@@ -92,6 +99,25 @@ def open_verified(path: str) -> Iterator[store.Reader]:
                 raise CorruptCheckpointError(f"{path}: malformed checkpoint: {type(e).__name__}: {e}") from e
     finally:
         os.close(fd)
+
+
+def _open_h5(path: str, fd: int) -> tuple[h5py.File, Any]:
+    """HDF5 on the verified file ``fd``: through ``/proc/self/fd`` (HDF5's own fast driver), or,
+    where that fails because the file was replaced (unlinked, HDF5 cannot resolve its real
+    path), through a Python file object on the same descriptor. Either way the very bytes that
+    were verified are parsed: a concurrent save never makes a good file look damaged."""
+    name = integrity.fd_path(fd, path)
+    try:
+        return h5py.File(name, "r"), None
+    except _H5_ERRORS as e:
+        first = e
+    if name != path:
+        handle = os.fdopen(os.dup(fd), "rb", buffering=0)
+        try:
+            return h5py.File(handle, "r"), handle  # h5py's fileobj driver; the caller closes both
+        except _H5_ERRORS:
+            handle.close()
+    raise CorruptCheckpointError(f"{path}: HDF5 cannot open the file: {first}") from first
 
 
 def load_model_states(model: Any, fpath: Any, strict: bool = True) -> dict:
@@ -153,8 +179,9 @@ class _Loader:
         specs = self.r.attrs("inputs").get("specs") or []
         if self.model.get_states() or not specs or getattr(self.model, "_initialized", True):
             return
+        checked = input_specs(self.path, specs, PLACEHOLDER_LIMIT)
         try:
-            placeholders = [Tensor(tuple(s["shape"]), dtype=s["dtype"]) for s in specs]
+            placeholders = [Tensor(shape, dtype=dtype) for shape, dtype in checked]
             # keep the model's mode: an eval-mode model stays one after loading
             self.model.compile(
                 placeholders,
@@ -256,6 +283,39 @@ class _Loader:
         if not isinstance(out, dict):
             raise CorruptCheckpointError(f"{self.path}: aux@json is not a dict")
         return out
+
+
+def input_specs(path: str, specs: Any, max_bytes: int) -> list[tuple[tuple[int, ...], np.dtype]]:
+    """The saved placeholder specs (``inputs@specs``) as ``(shape, dtype)``, each checked: a list
+    of ``{"shape": [sizes], "dtype": name}`` of supported dtypes, taking ``max_bytes`` at most
+    in all (they are allocated to compile the model)."""
+    if not isinstance(specs, list):
+        raise CorruptCheckpointError(f"{path}: inputs@specs is not a list: {specs!r}"[:300])
+    out, total = [], 0
+    for i, spec in enumerate(specs):
+        shape = spec.get("shape") if isinstance(spec, dict) else None
+        if not isinstance(shape, list) or not all(
+            isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape
+        ):
+            raise CorruptCheckpointError(
+                f"{path}: inputs@specs[{i}] has no list of sizes as its shape: {spec!r}"[:300]
+            )
+        try:
+            if not isinstance(spec.get("dtype"), str):
+                raise TypeError("not a name")
+            dtype = as_dtype(spec["dtype"])
+        except (SingaLiteError, TypeError, ValueError):
+            raise CorruptCheckpointError(
+                f"{path}: inputs@specs[{i}] has no supported dtype: {spec!r}"[:300]
+            ) from None
+        total += math.prod(shape) * dtype.itemsize
+        if total > max_bytes:
+            raise CorruptCheckpointError(
+                f"{path}: the input specs ask for placeholders of {total} bytes, "
+                f"over the limit of {max_bytes}"
+            )
+        out.append((tuple(shape), dtype))
+    return out
 
 
 def _rng_device(key: str) -> Any:

@@ -10,6 +10,11 @@ Files are ``ckpt-<step>.h5``; each holds its step and metrics as root attributes
 directory itself is the index (no side file to fall out of step after a crash). Metrics are
 read from a file's header region only after the file's checksum is verified, and cached by
 (size, mtime).
+
+Damage is never mistaken for a fresh start: ``restore`` skips a damaged file for the next
+older one, and when every file is damaged it raises ``CorruptCheckpointError`` naming each
+file and its fault (``None`` means only "no checkpoint yet"). Retention never deletes the
+newest intact checkpoint, however many newer files are damaged.
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ import warnings
 from dataclasses import dataclass
 from typing import Any
 
-from singa_lite.checkpoint import atomic, loader, saver
+from singa_lite.checkpoint import atomic, integrity, loader, saver
 from singa_lite.checkpoint.async_save import SaveHandle
 from singa_lite.errors import CheckpointError, CorruptCheckpointError
 
@@ -66,6 +71,8 @@ class CheckpointManager:
         self.save_every_steps = save_every_steps
         self.save_every_epochs = save_every_epochs
         self._metrics: dict[str, tuple[tuple[int, int], dict | None]] = {}
+        # path -> ((inode, size, mtime), intact?): a file is verified once while it is unchanged
+        self._intact: dict[str, tuple[tuple[int, int, int], bool]] = {}
         os.makedirs(self.directory, exist_ok=True)
         for stale in atomic.stale_temps(self.directory):
             os.remove(stale)
@@ -106,6 +113,7 @@ class CheckpointManager:
         def on_done(path: str) -> None:
             st = os.stat(path)  # we know what we wrote: no need to read it back for its metrics
             self._metrics[path] = ((st.st_size, st.st_mtime_ns), saved_metrics)
+            self._intact[path] = ((st.st_ino, st.st_size, st.st_mtime_ns), True)
             self._prune()
 
         return saver.save_model_states(
@@ -158,22 +166,55 @@ class CheckpointManager:
 
     # -- restoring -------------------------------------------------------------------------
     def restore(self, model: Any, strict: bool = True) -> Restored | None:
-        """Load the newest intact checkpoint into ``model``; ``None`` if there is none.
+        """Load the newest intact checkpoint into ``model``; ``None`` if there is no checkpoint.
 
         A damaged file is skipped with a warning and the next older one is tried; the model is
-        untouched by a skipped file (its checksum is checked before anything is read).
+        untouched by a skipped file (its checksum is checked before anything is read). When
+        every file is damaged, ``CorruptCheckpointError`` names each one and its fault: starting
+        over would silently lose the run.
         """
+        faults = []
         for step in reversed(self.steps()):
             path = self.path_for(step)
             try:
                 aux = loader.load_model_states(model, path, strict=strict)
             except CorruptCheckpointError as e:
                 warnings.warn(f"skipping damaged checkpoint: {e}", RuntimeWarning, stacklevel=2)
+                faults.append(str(e))
                 continue
             return Restored(step, path, aux)
+        if faults:
+            raise CorruptCheckpointError(
+                f"{self.directory}: every checkpoint is damaged, none was loaded ({len(faults)} files):\n  "
+                + "\n  ".join(faults)
+                + "\nMove them aside to start over, or restore a copy."
+            )
         return None
 
     # -- retention -------------------------------------------------------------------------
+    def _is_intact(self, path: str) -> bool:
+        """Whether ``path`` passes its whole-file checksum (cached while the file is unchanged)."""
+        try:
+            st = os.stat(path)
+        except OSError:
+            return False
+        key = (st.st_ino, st.st_size, st.st_mtime_ns)
+        known = self._intact.get(path)
+        if known is None or known[0] != key:
+            try:
+                integrity.verify_file(path)
+                known = (key, True)
+            except CheckpointError:
+                known = (key, False)
+            self._intact[path] = known
+        return known[1]
+
+    def _newest_intact(self, steps: list[int]) -> int | None:
+        for step in reversed(steps):
+            if self._is_intact(self.path_for(step)):
+                return step
+        return None
+
     def _prune(self) -> None:
         steps = self.steps()
         if self.max_to_keep is None or len(steps) <= self.max_to_keep:
@@ -182,8 +223,12 @@ class CheckpointManager:
         best = self._best_step(steps)
         if best is not None:
             keep.add(best)
+        newest_intact = self._newest_intact(steps)  # damaged newer files must not push it out
+        if newest_intact is not None:
+            keep.add(newest_intact)
         for step in steps:
             if step not in keep:
                 path = self.path_for(step)
                 self._metrics.pop(path, None)
+                self._intact.pop(path, None)
                 os.remove(path)

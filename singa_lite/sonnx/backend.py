@@ -5,6 +5,10 @@
 node whose inputs are all constants (weight re-layouts, shape arithmetic on constants) once.
 ``SingaRep.run`` then runs the remaining nodes eagerly, in graph order, on singa_lite ops.
 
+The model is untrusted input: it is read by :mod:`~singa_lite.sonnx.reading` (file size,
+external data), checked against the operator schemas by :mod:`~singa_lite.sonnx.validate`, and
+every node's allocations are checked against :mod:`~singa_lite.sonnx.limits` before they happen.
+
 >>> import numpy as np
 >>> from onnx import helper, TensorProto
 >>> g = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g",
@@ -18,8 +22,6 @@ node whose inputs are all constants (weight re-layouts, shape arithmetic on cons
 from __future__ import annotations
 
 import copy
-import os
-import stat
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
@@ -31,6 +33,8 @@ from onnx.backend.base import Backend, BackendRep
 from singa_lite import autograd, backend
 from singa_lite import device as _device
 from singa_lite.errors import DTypeError, OnnxError, ShapeError, SingaLiteError, UnsupportedOperatorError
+from singa_lite.sonnx import limits as _limits
+from singa_lite.sonnx import validate
 from singa_lite.sonnx.fusion import (
     _AffineChains,
     _AffineReluConv,
@@ -41,40 +45,20 @@ from singa_lite.sonnx.fusion import (
 from singa_lite.sonnx.handlers import HANDLERS, HOST_INPUTS, MAX_OPSET
 from singa_lite.sonnx.handlers_base import HELD_WIDER, HostConstants, Node, proto_array, storage_dtype
 from singa_lite.sonnx.handlers_nn import PackedConv
+from singa_lite.sonnx.reading import read_model
 from singa_lite.tensor import Tensor
 
 _DEFAULT_DOMAINS = ("", "ai.onnx")
 
 
-def load_model(model: Any) -> ModelProto:
+def load_model(model: Any, base_dir: Any = None, limits: _limits.Limits | None = None) -> ModelProto:
     """``model`` (a ``ModelProto``, serialized bytes, or a file path) as a checked ``ModelProto``.
 
     Damaged bytes, truncated files and models that fail ``onnx.checker`` raise ``OnnxError``.
+    Externally stored tensors keep their external references here: :func:`reading.read_model`
+    also returns their arrays, read safely against the model's directory (or ``base_dir``).
     """
-    if isinstance(model, ModelProto):
-        proto = model
-    else:
-        if isinstance(model, (str, os.PathLike)):
-            path = os.fspath(model)
-            try:
-                # Only regular files: opening a FIFO would block forever.
-                if not stat.S_ISREG(os.stat(path).st_mode):
-                    raise OnnxError(f"ONNX model {path!r} is not a regular file")
-                with open(path, "rb") as f:
-                    model = f.read()
-            except OSError as e:
-                raise OnnxError(f"cannot read ONNX model {path!r}: {e}") from e
-        if not isinstance(model, (bytes, bytearray, memoryview)):
-            raise TypeError(f"prepare: expected a ModelProto, bytes or a path, got {type(model).__name__}")
-        try:
-            proto = onnx.load_model_from_string(bytes(model))
-        except Exception as e:  # protobuf raises DecodeError, and others on odd bytes
-            raise OnnxError(f"not a valid ONNX model (damaged or truncated?): {e}") from e
-    try:
-        onnx.checker.check_model(proto)
-    except Exception as e:  # ValidationError, or protobuf errors on half-parsed messages
-        raise OnnxError(f"the ONNX model fails onnx.checker: {str(e).splitlines()[0]}") from e
-    return proto
+    return read_model(model, base_dir, limits)[0]
 
 
 def model_opset(proto: ModelProto) -> int:
@@ -141,8 +125,17 @@ class Program:
     here, once (``host_constants``).
     """
 
-    def __init__(self, proto: ModelProto, device: Any = None, held: Iterable[str] = ()) -> None:
+    def __init__(
+        self,
+        proto: ModelProto,
+        device: Any = None,
+        held: Iterable[str] = (),
+        limits: _limits.Limits | None = None,
+        external: Mapping[str, np.ndarray] | None = None,
+    ) -> None:
         self.device = device if device is not None else _device.get_default_device()
+        self.limits = _limits.resolve(limits)
+        validate.check_model(proto)
         self.opset = model_opset(proto)
         self.domain_opsets = {o.domain or "ai.onnx": o.version for o in proto.opset_import}
         graph = proto.graph
@@ -158,11 +151,13 @@ class Program:
         self.outputs = [v.name for v in graph.output]
         self.output_types = [_elem_dtype(v) for v in graph.output]
         self.input_specs = {v.name: _input_spec(v) for v in graph.input if v.name in self.inputs}
+        external = dict(external or {})
         self.constants: dict[str, Tensor] = {
-            name: self.tensor(proto_array(t, "initializer"), name)
+            name: self.tensor(proto_array(t, "initializer", external), name)
             for name, t in self.initializers.items()
             if name not in held
         }
+        self.folded_bytes = 0  # what the constants folded at prepare time hold
         self.host_constants = HostConstants()
         # Constant nodes are folded and not counted as layers (SINGA's last_layers rule).
         self.nodes: list[Node] = []
@@ -171,6 +166,7 @@ class Program:
         for proto_node in graph.node:
             node = Node(proto_node, self.opset)
             node.constants = self.host_constants
+            node.limits = self.limits
             self._check(proto_node, node, known)
             known.update(node.outputs)
             if node.op == "Constant":
@@ -199,6 +195,8 @@ class Program:
             raise OnnxError(
                 f"tensor {name!r} has element type {arr.dtype}, which singa_lite does not support"
             ) from None
+        if dtype != arr.dtype:  # widened: int8 held as int64 takes 8 times the bytes
+            _limits.check(f"tensor {name!r}", arr.shape, dtype, self.limits, f"{dtype} copy")
         return Tensor(data=arr.astype(dtype, copy=False), device=self.device, requires_grad=False)
 
     def _check(self, proto_node: Any, node: Node, known: set) -> None:
@@ -218,6 +216,9 @@ class Program:
         missing = [i for i in node.inputs if i and i not in known]
         if missing:
             raise OnnxError(f"{node}: inputs {missing} are produced by no earlier node, input or initializer")
+        validate.check_version(node)
+        validate.check_attributes(node)
+        node.types = validate.InputTypes(node)
 
     def _fold(self, node: Node, fn: Callable) -> bool:
         """Run ``node`` now if every input is a constant; its outputs become constants."""
@@ -230,6 +231,8 @@ class Program:
         for name, t in zip(node.outputs, outs):
             if name:
                 self.constants[name] = t
+                self.folded_bytes += t.nbytes()
+        _limits.check_total(node, self.folded_bytes, self.limits, "the constants folded at prepare time")
         return True
 
     def _share_constants(self, node: Node, read_now: Sequence[int]) -> None:
@@ -251,9 +254,17 @@ class Program:
 
     @staticmethod
     def _call(node: Node, fn: Callable, args: list) -> list[Tensor]:
+        """``fn(node, *args)`` after checking the input types and any size that the input
+        shapes alone decide; every error comes out as a singa_lite error naming the node."""
         try:
+            types = getattr(node, "types", None)
+            if types is not None:
+                types.check(args)
+            _limits.precheck(node, args, node.limits)
             out = fn(node, *args)
         except SingaLiteError as e:  # keep the type (ShapeError, DTypeError...), name the node
+            if str(e).startswith(str(node)):
+                raise
             raise type(e)(f"{e} (while running ONNX {node})") from e
         except Exception as e:  # a raw NumPy/Python error: name the node instead of crashing
             raise OnnxError(f"{node}: {type(e).__name__}: {e}") from e
@@ -282,6 +293,8 @@ class Program:
         keep = set(self.outputs) | set(aux_output)
         if stop < n:
             keep.update(self.nodes[stop - 1].outputs)
+        made: dict[str, int] = {}  # bytes of the live tensors the nodes made (limits.max_total_bytes)
+        live = 0
         for k in range(stop):
             if self.folded[k]:
                 continue
@@ -290,9 +303,16 @@ class Program:
             for name, t in zip(node.outputs, outs):
                 if name:
                     env[name] = t
+                    size = t.nbytes() if isinstance(t, Tensor) else 0
+                    live += size - made.get(name, 0)
+                    made[name] = size
             for name in node.inputs:  # free intermediates as soon as their last reader has run
-                if self.last_use.get(name) == k and name not in keep and name not in self.constants:
-                    env.pop(name, None)
+                last = self.last_use.get(name) == k and name not in keep and name not in self.constants
+                if last and env.pop(name, None) is not None:
+                    live -= made.pop(name, 0)
+            if live > self.limits.max_total_bytes:
+                env.clear()
+                _limits.check_total(node, live, self.limits, "the tensors of this run")
         names = self.outputs if stop == n else [o for o in self.nodes[stop - 1].outputs if o]
         missing = [a for a in aux_output if a not in env]
         if missing:
@@ -302,6 +322,14 @@ class Program:
     def fused(self) -> Program:
         """A copy of this program for inference only, rewritten by the passes of
         :mod:`singa_lite.sonnx.fusion`. The copy shares this program's constants."""
+        try:
+            return self._fused()
+        except SingaLiteError:
+            raise
+        except Exception as e:  # a rewrite met what its checks did not foresee: name it, never crash
+            raise OnnxError(f"an inference rewrite failed on this model: {type(e).__name__}: {e}") from e
+
+    def _fused(self) -> Program:
         chains = _AffineChains(self)
         out = copy.copy(self)
         out.constants = dict(self.constants)
@@ -332,9 +360,9 @@ class Program:
             if (
                 W is not None
                 and B is not None
-                and W.ndim() == 4
                 and W.dtype == B.dtype
                 and W.dtype.kind == "f"
+                and PackedConv.fits(W, B, node.attr("group", 1))
             ):
                 self.handlers[k] = PackedConv(W, B, node.attr("group", 1))
 
@@ -432,11 +460,11 @@ class SingaBackend(Backend):
 
     @classmethod
     def prepare(cls, model: Any, device: str = "CPU", **kwargs: Any) -> _NumpyRep:  # type: ignore[override]
-        return _NumpyRep(prepare(model, _device_for(device)))
+        return _NumpyRep(prepare(model, _device_for(device), kwargs.get("base_dir"), kwargs.get("limits")))
 
     @classmethod
     def run_model(cls, model: Any, inputs: Any, device: str = "CPU", **kwargs: Any) -> tuple:  # type: ignore[override]
-        return cls.prepare(model, device).run(inputs)
+        return cls.prepare(model, device, **kwargs).run(inputs)
 
     @classmethod
     def supports_device(cls, device: str) -> bool:
@@ -472,13 +500,23 @@ def _device_for(name: str) -> Any:
     return _device.create_cuda_gpu() if name.upper().startswith("CUDA") else _device.create_cpu_device()
 
 
-def prepare(onnx_model: Any, device: Any = None, **kwargs: Any) -> SingaRep:
+def prepare(
+    onnx_model: Any,
+    device: Any = None,
+    base_dir: Any = None,
+    limits: _limits.Limits | None = None,
+    **kwargs: Any,
+) -> SingaRep:
     """Check and compile ``onnx_model`` (ModelProto, bytes or path) for ``device``.
 
     Raises ``UnsupportedOperatorError`` for an operator without a handler and ``OnnxError`` for
-    a malformed model.
+    a malformed model, or one that asks for more than ``limits`` (default: the current
+    :mod:`~singa_lite.sonnx.limits`). External data is read from the model file's directory;
+    for a ``ModelProto`` or bytes, from ``base_dir`` (without it, external data is refused).
     """
-    return SingaRep(Program(load_model(onnx_model), device))
+    lim = _limits.resolve(limits)
+    proto, external = read_model(onnx_model, base_dir, lim)
+    return SingaRep(Program(proto, device, limits=lim, external=external))
 
 
 run_model = SingaBackend.run_model

@@ -74,8 +74,9 @@ class _AffineChains:
         """Fold the chain of affine nodes after node ``k``, a Conv or a BatchNormalization."""
         W = self._const(node.inputs[1]) if node.op == "Conv" and len(node.inputs) > 1 else None
         if W is not None and W.dtype.kind == "f" and W.ndim == 4:
-            if len(node.inputs) > 2 and node.inputs[2] and self._const(node.inputs[2]) is None:
-                return
+            B = self._const(node.inputs[2]) if len(node.inputs) > 2 and node.inputs[2] else None
+            if len(node.inputs) > 2 and node.inputs[2] and (B is None or B.shape != (W.shape[0],)):
+                return  # a bias of another shape: the Conv handler says what is wrong with it
             a, c, chain = np.ones(W.shape[0]), np.zeros(W.shape[0]), []
         elif node.op == "BatchNormalization" and (step := self._bn(node, None)) is not None:
             (a, c), chain, W = step, [k], None
@@ -115,6 +116,8 @@ class _AffineChains:
         params = [self._const(name) for name in node.inputs[1:5]]
         if len(params) != 4 or any(p is None or p.ndim != 1 or p.dtype.kind != "f" for p in params):
             return None
+        if len({p.shape for p in params if p is not None}) != 1:
+            return None  # lengths that disagree: the BatchNormalization handler refuses them
         scale, bias, mean, var = (p.astype(np.float64) for p in params)  # type: ignore[union-attr]
         a = scale / np.sqrt(var + node.attr("epsilon", 1e-5))
         return a, bias - mean * a
@@ -229,7 +232,8 @@ class _AffineReluConv:
         B = program.constants.get(b_name) if b_name else None
         if (
             W is None
-            or (b_name and B is None)
+            or (b_name and (B is None or B.shape != (W.shape[0],)))
+            or W.ndim() != 4
             or conv.inputs[0] != program.nodes[r].outputs[0]
             or W.dtype.kind != "f"
             or W.shape[1:] != (affine.channels, 1, 1)
@@ -418,6 +422,8 @@ class _ConcatInto:
         if buf is None:
             if sum(a.shape[axis] for a in arrays) > self.total:
                 return HANDLERS["Concat"](node, *xs)
+            # `total` came from shape inference over the model's own declarations: check it
+            node.check_size((*outer, self.total, *inner), arrays[0].dtype, "concatenation buffer")
             buf = first.device.xp.empty((*outer, self.total, *inner), arrays[0].dtype)
             start = 0
         else:

@@ -20,6 +20,7 @@ from onnx import AttributeProto, NodeProto, TensorProto, helper, numpy_helper
 
 from singa_lite import autograd, backend
 from singa_lite.errors import OnnxError
+from singa_lite.sonnx import limits as _limits
 from singa_lite.tensor import Tensor, as_dtype
 
 
@@ -58,7 +59,8 @@ class Node:
 
     ``opset`` is the model's version of the default (``ai.onnx``) domain; handlers branch on it
     where an operator changed (attributes that became inputs, new defaults). ``constants``
-    (set by ``Program``) holds the host values of the program's constants.
+    (set by ``Program``) holds the host values of the program's constants; ``limits`` (also set
+    by ``Program``) what the handler may allocate (see :meth:`check_size`).
     """
 
     def __init__(self, proto: NodeProto, opset: int) -> None:
@@ -69,6 +71,8 @@ class Node:
         self.outputs = list(proto.output)
         self.attrs = {a.name: _attribute(a, self) for a in proto.attribute}
         self.constants: HostConstants | None = None
+        self.limits = _limits.DEFAULT
+        self.types: Any = None  # validate.InputTypes, set by Program
 
     def __repr__(self) -> str:
         return f"{self.op} node {self.name!r} (opset {self.opset})"
@@ -85,6 +89,11 @@ class Node:
     def fail(self, message: str) -> OnnxError:
         """An ``OnnxError`` that names this node, for settings no singa_lite op supports."""
         return OnnxError(f"{self}: {message}")
+
+    def check_size(self, shape: Sequence[Any], dtype: Any, what: str = "output") -> tuple[int, ...]:
+        """``shape`` as ints, once an array of ``shape`` and ``dtype`` (or an itemsize) is known
+        to fit the program's allocation limit; call it *before* allocating."""
+        return _limits.check(self, shape, dtype, self.limits, what)
 
     # -- reading tensor arguments into Python values -------------------------------------
     # A constant's values were read at prepare time; any other tensor is read now, through
@@ -133,10 +142,21 @@ GATE_ORDER = {"LSTM": (0, 2, 1, 3), "GRU": (0, 1, 2), "RNN": (0,)}
 PEEPHOLE_ORDER = (0, 2, 1)
 
 
-def proto_array(t: TensorProto, what: str) -> np.ndarray:
+def proto_array(t: TensorProto, what: str, external: dict[str, np.ndarray] | None = None) -> np.ndarray:
     """``t`` as a NumPy array, or an ``OnnxError`` naming it when its contents are damaged
     (a data type onnx does not know, data that does not fill the declared dims...): such a
-    model passes ``onnx.checker``, and NumPy's own error would not say which tensor it was."""
+    model passes ``onnx.checker``, and NumPy's own error would not say which tensor it was.
+
+    A tensor stored in an external file comes from ``external`` (the arrays
+    ``reading.read_model`` read safely); onnx's own reader is never asked, since it would
+    resolve the file against the working directory."""
+    if t.data_location == TensorProto.EXTERNAL:
+        if external is not None and t.name in external:
+            return external[t.name]
+        raise OnnxError(
+            f"{what} {t.name or '(unnamed)'!r} keeps its data in an external file, which is read only "
+            "through prepare/SONNXModel with the model's path or base_dir"
+        )
     try:
         return numpy_helper.to_array(t)
     except Exception as e:  # ValueError, KeyError, TypeError... from numpy_helper

@@ -214,6 +214,13 @@ def Einsum(n: Node, *operands: Tensor) -> Tensor:
 
 def Gemm(n: Node, a: Tensor, b: Tensor, c: Tensor | None = None) -> Tensor:
     """alpha * A' @ B' + beta * C."""
+    ta, tb = bool(n.attr("transA", 0)), bool(n.attr("transB", 0))
+    if a.ndim() != 2 or b.ndim() != 2:
+        raise n.fail(f"A and B must be matrices, got shapes {a.shape} and {b.shape}")
+    (m, ka), (kb, cols) = a.shape[::-1] if ta else a.shape, b.shape[::-1] if tb else b.shape
+    if ka != kb:
+        raise n.fail(f"A' {(m, ka)} and B' {(kb, cols)} do not multiply (transA={int(ta)}, transB={int(tb)})")
+    n.check_size((m, cols), a.dtype)
     return ops.gemm(
         a,
         b,

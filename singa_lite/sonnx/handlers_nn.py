@@ -8,12 +8,14 @@ done with differentiable ops so that a trained ``SONNXModel`` updates the ONNX-s
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import numpy as np
 
 from singa_lite import ops
 from singa_lite.ops import conv_infer, unary
+from singa_lite.sonnx import limits
 from singa_lite.sonnx.handlers_base import (
     GATE_ORDER,
     PEEPHOLE_ORDER,
@@ -46,20 +48,76 @@ __all__ = [
 
 
 def _geometry(n: Node, x: Tensor, kernel: Sequence[int]) -> tuple[list[int], list[int], list[int]]:
-    """``strides``, ``dilations`` and explicit ONNX ``pads`` of a windowed node."""
+    """``strides``, ``dilations`` and explicit ONNX ``pads`` of a windowed node, each checked to
+    have one value per spatial axis of ``x`` (two for pads)."""
     k = len(kernel)
+    if x.ndim() != k + 2:
+        raise n.fail(f"a kernel of {k} axes needs an (N, C, {k} spatial axes) input, got shape {x.shape}")
     strides = list(n.attr("strides", [1] * k))
     dilations = list(n.attr("dilations", [1] * k))
-    return strides, dilations, window_pads(n, x, kernel, strides, dilations)
+    pads = window_pads(n, x, kernel, strides, dilations)
+    for what, v, want in (("strides", strides, k), ("dilations", dilations, k), ("pads", pads, 2 * k)):
+        if len(v) != want:
+            raise n.fail(f"{what} must have {want} values for {k} spatial axes, got {v}")
+    if min(strides + dilations + list(kernel), default=1) < 1 or min(pads, default=0) < 0:
+        raise n.fail(
+            f"kernel {list(kernel)}, strides {strides} and dilations {dilations} must be positive, "
+            f"pads {pads} not negative"
+        )
+    return strides, dilations, pads
+
+
+def _window_out(
+    n: Node, x: Tensor, kernel: Sequence[int], strides: list, dilations: list, pads: list
+) -> list[int]:
+    """The output length of each spatial axis of a convolution (floor mode); the padded input
+    is checked against the allocation limit on the way."""
+    k = len(kernel)
+    padded = [i + pads[a] + pads[a + k] for a, i in enumerate(x.shape[2:])]
+    n.check_size([*x.shape[:2], *padded], x.dtype, "padded input")
+    out = [(p - d * (kk - 1) - 1) // s + 1 for p, kk, s, d in zip(padded, kernel, strides, dilations)]
+    if min(out, default=1) < 1:
+        raise n.fail(
+            f"the kernel {list(kernel)} (dilations {dilations}) does not fit the padded input {padded}"
+        )
+    return out
+
+
+def _conv_checks(n: Node, x: Tensor, W: Tensor, B: Tensor | None) -> tuple[list, list, list, list, int]:
+    """Check a Conv node against its inputs (channels, group, kernel_shape, bias) and what it
+    will allocate; ``(kernel, strides, dilations, pads, group)``."""
+    group = n.attr("group", 1)
+    if W.ndim() < 3 or W.ndim() != x.ndim():
+        raise n.fail(
+            f"expects an (N, C, spatial...) input and a weight of the same rank, got {x.shape}, {W.shape}"
+        )
+    if group < 1 or x.shape[1] != W.shape[1] * group or W.shape[0] % group:
+        raise n.fail(
+            f"group = {group} does not fit an input of {x.shape[1]} channels and a weight of shape {W.shape} "
+            "(input channels must be weight.shape[1] * group, output channels a multiple of group)"
+        )
+    kernel = list(W.shape[2:])
+    if list(n.attr("kernel_shape", kernel)) != kernel:
+        raise n.fail(f"kernel_shape {n.attr('kernel_shape')} contradicts the weight's shape {W.shape}")
+    if B is not None and tuple(B.shape) != (W.shape[0],):
+        raise n.fail(f"the bias must have shape ({W.shape[0]},) (the output channels), got {B.shape}")
+    strides, dilations, pads = _geometry(n, x, kernel)
+    out = _window_out(n, x, kernel, strides, dilations, pads)
+    n.check_size([x.shape[0], W.shape[0], *out], x.dtype)
+    # The im2col matrix: made in blocks of at least 2048 rows (or one output row) on the host,
+    # whole on a GPU (ops.conv).
+    row = math.prod(kernel) * W.shape[1] * group * x.dtype.itemsize
+    rows = x.shape[0] * math.prod(out)
+    block = rows if x.device.xp.__name__ != "numpy" else min(rows, max(2048, out[-1]))
+    limits.check_bytes(n, block * row, n.limits, "im2col workspace")
+    return kernel, strides, dilations, pads, group
 
 
 # -- convolution ---------------------------------------------------------------------------------
 def Conv(n: Node, x: Tensor, W: Tensor, B: Tensor | None = None) -> Tensor:
     """Convolution over 1, 2, 3 or more spatial axes with ``group``, ``dilations``, ``strides``,
     ``pads``/``auto_pad``."""
-    kernel = list(n.attr("kernel_shape", W.shape[2:]))
-    strides, dilations, pads = _geometry(n, x, kernel)
-    group = n.attr("group", 1)
+    kernel, strides, dilations, pads, group = _conv_checks(n, x, W, B)
     if len(kernel) == 1:
         return ops.conv1d(x, W, B, strides[0], (pads[0], pads[1]), dilations[0], group)
     if len(kernel) != 2:
@@ -79,14 +137,19 @@ class PackedConv:
         xp = W.device.xp
         self.Wb = conv_infer.one_image_weight(xp, W.data, B.data, group)
 
+    @staticmethod
+    def fits(W: Tensor, B: Tensor, group: int) -> bool:
+        """Whether a weight, bias and group make a packed matrix (others run ``Conv``, which says
+        what is wrong with them)."""
+        return W.ndim() == 4 and group >= 1 and W.shape[0] % group == 0 and tuple(B.shape) == (W.shape[0],)
+
     def __call__(self, n: Node, x: Tensor, W: Tensor, B: Tensor | None = None) -> Tensor:
-        kernel = list(n.attr("kernel_shape", W.shape[2:]))
-        if B is not None and len(kernel) == 2 and x.ndim() == 4 and W.ndim() == 4:
-            strides, dilations, pads = _geometry(n, x, kernel)
+        if B is not None and x.ndim() == 4 and W.ndim() == 4:
+            _, strides, dilations, pads, group = _conv_checks(n, x, W, B)
             (t, b), (left, r) = onnx_pads_to_pairs(pads)
             y = conv_infer.conv2d_one_image(
                 x.device.xp, x.data, W.data, B.data, self.Wb, tuple(strides), (t, b, left, r),
-                tuple(dilations), n.attr("group", 1),
+                tuple(dilations), group,
             )  # fmt: skip
             if y is not None:
                 return Tensor._wrap(y, x.device, False, None, 0)
@@ -101,7 +164,17 @@ def ConvTranspose(n: Node, x: Tensor, W: Tensor, B: Tensor | None = None) -> Ten
         raise n.fail(
             f"expects (N, C, spatial...) input and a weight of the same rank, got {x.shape}, {W.shape}"
         )
+    group = n.attr("group", 1)
+    if group < 1 or x.shape[1] != W.shape[0] or W.shape[0] % group:
+        raise n.fail(
+            f"group = {group} does not fit an input of {x.shape[1]} channels and a weight of shape "
+            f"{W.shape} (weight.shape[0] must be the input channels, a multiple of group)"
+        )
     k = list(W.shape[2:])
+    if list(n.attr("kernel_shape", k)) != k:
+        raise n.fail(f"kernel_shape {n.attr('kernel_shape')} contradicts the weight's shape {W.shape}")
+    if B is not None and tuple(B.shape) != (W.shape[1] * group,):
+        raise n.fail(f"the bias must have shape ({W.shape[1] * group},) (the output channels), got {B.shape}")
     strides = list(n.attr("strides", [1] * nk))
     dilations = list(n.attr("dilations", [1] * nk))
     out_pad = list(n.attr("output_padding", [0] * nk))
@@ -127,7 +200,12 @@ def ConvTranspose(n: Node, x: Tensor, W: Tensor, B: Tensor | None = None) -> Ten
     ):
         if len(v) != want:
             raise n.fail(f"{what} must have {want} values for {nk} spatial axes, got {v}")
-    group = n.attr("group", 1)
+    if min(strides + dilations) < 1 or min(out_pad) < 0:
+        raise n.fail(
+            f"strides {strides} and dilations {dilations} must be positive, "
+            f"output_padding {out_pad} not negative"
+        )
+    _transpose_sizes(n, x, W, group, full, out_pad, pads)
     fits = min(pads) >= 0 and all(op < max(s, d) for op, s, d in zip(out_pad, strides, dilations))
     if fits:
         return _conv_transpose(x, W, B, strides, pads, out_pad, dilations, group)
@@ -139,6 +217,21 @@ def ConvTranspose(n: Node, x: Tensor, W: Tensor, B: Tensor | None = None) -> Ten
     if B is not None:
         y = ops.add(y, ops.reshape(B, (1, -1, *[1] * nk)))
     return y
+
+
+def _transpose_sizes(
+    n: Node, x: Tensor, W: Tensor, group: int, full: list, out_pad: list, pads: list
+) -> None:
+    """Check what a transposed convolution allocates: the column matrix ``W^T x`` (every input
+    pixel times every kernel tap), the full image it is added into, and the output."""
+    nk, cout, isz = len(full), W.shape[1] * group, x.dtype.itemsize
+    cols = x.shape[0] * math.prod(x.shape[2:]) * cout * math.prod(W.shape[2:]) * isz
+    limits.check_bytes(n, cols, n.limits, "column matrix")
+    n.check_size([x.shape[0], cout, *(f + op for f, op in zip(full, out_pad))], x.dtype, "uncropped output")
+    out = [f + op - pads[a] - pads[a + nk] for a, (f, op) in enumerate(zip(full, out_pad))]
+    if min(out) < 1:
+        raise n.fail(f"pads {pads} (or output_shape) leave an empty output: {out}")
+    n.check_size([x.shape[0], cout, *out], x.dtype)
 
 
 def _conv_transpose(
@@ -172,6 +265,8 @@ def _conv_transpose(
 def _pool_args(n: Node, x: Tensor) -> tuple:
     kernel = list(n.attr("kernel_shape"))
     strides, dilations, pads = _geometry(n, x, kernel)
+    out = _window_out(n, x, kernel, strides, dilations, pads)
+    n.check_size([*x.shape[:2], *(o + 1 for o in out)], x.dtype)  # ceil_mode adds at most one
     # singa_lite's pools take per-axis (begin, end) pairs, interleaved.
     pairs = [p for pair in onnx_pads_to_pairs(pads) for p in pair]
     return kernel, strides, pairs, dilations, bool(n.attr("ceil_mode", 0))
@@ -186,6 +281,8 @@ def MaxPool(n: Node, x: Tensor) -> Tensor | tuple[Tensor, Tensor]:
         return y
     if len(kernel) != 2 or ceil_mode or max(dilations) > 1:
         raise n.fail("the Indices output is supported for 2-D pools without dilation or ceil_mode")
+    # every window's values are gathered at once
+    n.check_size([*y.shape, *kernel], max(8, x.dtype.itemsize), "window workspace")
     return y, _argmax_indices(n, x, y, kernel, strides, pairs)
 
 
@@ -235,6 +332,10 @@ def BatchNormalization(
     (biased batch variance); otherwise the running statistics normalise, except while a
     ``SONNXModel`` trains, where singa_lite's batch norm updates them in place."""
     eps, momentum = n.attr("epsilon", 1e-5), n.attr("momentum", 0.9)
+    channels = x.shape[1] if x.ndim() >= 2 else None
+    for what, p in (("scale", scale), ("B", bias), ("mean", mean), ("var", var)):
+        if tuple(p.shape) != (channels,):
+            raise n.fail(f"{what} must have shape ({channels},) (the input's channels), got {p.shape}")
     if n.attr("training_mode", 0) or (n.opset < 14 and n.n_outputs > 1):
         axes = [0, *range(2, x.ndim())]
         shape = (1, -1) + (1,) * (x.ndim() - 2)
@@ -279,7 +380,16 @@ def InstanceNormalization(n: Node, x: Tensor, scale: Tensor, bias: Tensor) -> Te
 
 
 def LRN(n: Node, x: Tensor) -> Tensor:
-    return ops.lrn(x, n.attr("size"), n.attr("alpha", 1e-4), n.attr("beta", 0.75), n.attr("bias", 1.0))
+    """Local response normalisation across channels. A window wider than ``2C`` channels covers
+    them all wherever it is centred: it runs as one of ``2C`` with ``alpha`` scaled to keep
+    ``alpha / size``, so a huge ``size`` costs neither its padding nor a loop per tap."""
+    size, alpha = n.attr("size"), n.attr("alpha", 1e-4)
+    if x.ndim() < 3:
+        raise n.fail(f"expects an (N, C, spatial...) input, got shape {x.shape}")
+    if size > 2 * x.shape[1]:
+        size, alpha = 2 * x.shape[1], alpha * (2 * x.shape[1]) / size
+    n.check_size([x.shape[0], x.shape[1] + size, *x.shape[2:]], max(4, x.dtype.itemsize), "padded input")
+    return ops.lrn(x, size, alpha, n.attr("beta", 0.75), n.attr("bias", 1.0))
 
 
 # -- resizing ------------------------------------------------------------------------------------
@@ -309,16 +419,21 @@ def Resize(
             starts[a], ends[a] = given[k], given[len(axes) + k]
         roi_vals = starts + ends
     if size_vals is not None:
+        if len(size_vals) != len(axes):
+            raise n.fail(f"sizes {size_vals} need one value per resized axis ({len(axes)})")
         size_vals = _aspect_sizes(n, x, axes, size_vals)
         full = list(x.shape)
         for a, s in zip(axes, size_vals):
             full[a] = s
-        size_vals = full
+        size_vals = list(n.check_size(full, x.dtype))
     elif scale_vals is not None:
+        if len(scale_vals) != len(axes):
+            raise n.fail(f"scales {scale_vals} need one value per resized axis ({len(axes)})")
         full_scales = [1.0] * rank
         for a, f in zip(axes, scale_vals):
             full_scales[a] = f
         scale_vals = full_scales
+        _check_scaled(n, x, scale_vals)
     mode = n.attr("mode", "nearest")
     nearest = n.attr("nearest_mode", "round_prefer_floor" if n.opset >= 11 else "floor")
     return ops.resize(
@@ -349,7 +464,17 @@ def _aspect_sizes(n: Node, x: Tensor, axes: list[int], sizes: list[int]) -> list
 def Upsample(n: Node, x: Tensor, scales: Tensor | None = None) -> Tensor:
     """Deprecated ONNX Upsample (opsets 7-9): scales as attribute (7-8) or input (9)."""
     vals = n.opt_floats(scales) or n.attr("scales")  # an input since opset 9, an attribute before
+    if vals is None or len(vals) != x.ndim():
+        raise n.fail(f"scales {vals} need one value per axis of the input {x.shape}")
+    _check_scaled(n, x, vals)
     return ops.upsample(x, vals, n.attr("mode", "nearest"))
+
+
+def _check_scaled(n: Node, x: Tensor, scales: Sequence[float]) -> None:
+    """Check ``floor(shape * scales)`` (scales rounded to float32, as ONNX carries them)."""
+    if not all(math.isfinite(f) and f > 0 for f in scales):
+        raise n.fail(f"scales {list(scales)} must be finite and positive")
+    n.check_size([math.floor(d * float(np.float32(f))) for d, f in zip(x.shape, scales)], x.dtype)
 
 
 # -- recurrent layers ----------------------------------------------------------------------------
@@ -370,6 +495,7 @@ def _recurrent(
     H = n.attr("hidden_size", R.shape[-1])
     direction = n.attr("direction", "forward")
     dirs = 2 if direction == "bidirectional" else 1
+    _check_recurrent(n, x, W, R, B, dirs, H)
     if n.attr("clip") is not None or n.attr("input_forget", 0):
         raise n.fail("clip and input_forget are not supported")
     if n.attr("activations") is not None and not _default_activations(n, dirs):
@@ -379,6 +505,9 @@ def _recurrent(
         x = ops.transpose(x, (1, 0, 2))
         states = [None if s is None else ops.transpose(s, (1, 0, 2)) for s in states]
     T, N, _ = x.shape
+    for s in states:
+        if s is not None and tuple(s.shape) != (dirs, N, H):
+            raise n.fail(f"initial states must have shape {(dirs, N, H)} (layout 0), got {s.shape}")
     batches = _LengthBatches.of(n, seq_lens, T, N)
     order = GATE_ORDER[n.op]
     k = len(order)
@@ -408,6 +537,20 @@ def _recurrent(
     if batch_first:
         outs = [ops.transpose(outs[0], (2, 0, 1, 3))] + [ops.transpose(s, (1, 0, 2)) for s in outs[1:]]
     return tuple(outs[: n.n_outputs])
+
+
+def _check_recurrent(n: Node, x: Tensor, W: Tensor, R: Tensor, B: Tensor | None, dirs: int, H: int) -> None:
+    """The weights' shapes against ``direction``, ``hidden_size`` and the input, as ONNX defines them."""
+    gates = len(GATE_ORDER[n.op])
+    if x.ndim() != 3:
+        raise n.fail(f"X must have 3 axes (sequence, batch, input), got shape {x.shape}")
+    want = {"W": (dirs, gates * H, x.shape[2]), "R": (dirs, gates * H, H), "B": (dirs, 2 * gates * H)}
+    for what, t in (("W", W), ("R", R), ("B", B)):
+        if t is not None and tuple(t.shape) != want[what]:
+            raise n.fail(
+                f"{what} must have shape {want[what]} for {dirs} direction(s), hidden_size {H} and "
+                f"{x.shape[2]} input features, got {t.shape}"
+            )
 
 
 class _DirectionRun:

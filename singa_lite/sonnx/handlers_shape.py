@@ -6,12 +6,14 @@ values with ``Node.ints``; the opset decides whether they come as attributes or 
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
 from onnx import helper
 
 from singa_lite import autograd, ops
+from singa_lite.sonnx import limits
 from singa_lite.sonnx.handlers_base import HELD_WIDER, Node, storage_dtype, wrap
 from singa_lite.tensor import Tensor
 
@@ -53,10 +55,11 @@ def ConstantOfShape(n: Node, shape: Tensor) -> Tensor:
     """A tensor of ``shape`` filled with ``value`` (float32 0 by default)."""
     value = n.attr("value")
     value = np.zeros(1, np.float32) if value is None else value
-    arr = shape.device.xp.full(
-        tuple(n.ints(shape) or ()), value.reshape(-1)[0], dtype=storage_dtype(value.dtype)
-    )
-    return wrap(arr, shape)
+    if value.size != 1:
+        raise n.fail(f"attribute value must hold one element, got {value.size}")
+    dtype = storage_dtype(value.dtype)
+    dims = n.check_size(n.ints(shape), dtype)
+    return wrap(shape.device.xp.full(dims, value.reshape(-1)[0], dtype=dtype), shape)
 
 
 def Cast(n: Node, x: Tensor) -> Tensor:
@@ -119,14 +122,26 @@ def Transpose(n: Node, x: Tensor) -> Tensor:
 
 
 def Expand(n: Node, x: Tensor, shape: Tensor) -> Tensor:
-    return ops.expand(x, n.ints(shape))
+    dims = n.ints(shape)
+    limits.element_count(n, dims, "shape")  # no negative dims
+    n.check_size(limits.broadcast(n, x.shape, dims), x.dtype)
+    return ops.expand(x, dims)
 
 
 def Tile(n: Node, x: Tensor, repeats: Tensor) -> Tensor:
-    return ops.tile(x, n.ints(repeats))
+    reps = n.ints(repeats)
+    if len(reps) != x.ndim():
+        raise n.fail(f"repeats {reps} must have one value per axis of the input {x.shape}")
+    limits.element_count(n, reps, "repeats")
+    n.check_size([d * r for d, r in zip(x.shape, reps)], x.dtype)
+    return ops.tile(x, reps)
 
 
 def Concat(n: Node, *xs: Tensor) -> Tensor:
+    """Join along ``axis``; the output's size (a doubling chain grows it fast) is checked first."""
+    parts = [x for x in xs if x is not None]
+    if parts:
+        n.check_size((sum(x.size() for x in parts),), max(x.dtype.itemsize for x in parts))
     return ops.cat(list(xs), n.attr("axis", 0))
 
 
@@ -168,12 +183,18 @@ def Pad(
         assert pads is not None  # required since opset 11
         widths, fill = n.ints(pads), n.scalar(value, 0)
     picked = n.opt_ints(axes)
+    nd = x.ndim()
     if picked is not None:
-        k, nd = len(picked), x.ndim()
+        k = len(picked)
+        if len(widths) != 2 * k or any(not -nd <= a < nd for a in picked):
+            raise n.fail(f"pads {widths} and axes {picked} do not fit each other and the input {x.shape}")
         full = [0] * (2 * nd)
         for i, a in enumerate(picked):
             full[a % nd], full[a % nd + nd] = widths[i], widths[i + k]
         widths = full
+    if widths is None or len(widths) != 2 * nd:
+        raise n.fail(f"pads {widths} must have two values (begin, end) per axis of the input {x.shape}")
+    n.check_size([d + widths[i] + widths[i + nd] for i, d in enumerate(x.shape)], x.dtype)
     return ops.pad(x, n.attr("mode", "constant"), widths, fill)
 
 
@@ -197,8 +218,25 @@ def Range(n: Node, start: Tensor, limit: Tensor, delta: Tensor) -> Tensor:
     The three scalars are host arguments (the output's length depends on them), so the
     sequence is made on the host, by NumPy's rules for the inputs' own dtype, and uploaded.
     """
+    for what, t in (("start", start), ("limit", limit), ("delta", delta)):
+        if t.size() != 1:
+            raise n.fail(f"{what} must be a scalar, got shape {t.shape}")
     first, last, step = (n.values(t).reshape(-1)[0] for t in (start, limit, delta))
+    count = _range_count(n, first.item(), last.item(), step.item())
+    n.check_size((count,), start.dtype)
     return wrap(np.arange(first, last, step).astype(start.dtype), start)
+
+
+def _range_count(n: Node, first: Any, last: Any, step: Any) -> int:
+    """``max(ceil((limit - start) / delta), 0)``, exactly for integers."""
+    if step == 0:
+        raise n.fail("delta must not be 0")
+    if all(isinstance(v, int) for v in (first, last, step)):
+        return max(-((first - last) // step), 0)
+    span = (float(last) - float(first)) / float(step)
+    if not math.isfinite(span):
+        raise n.fail(f"start {first}, limit {last} and delta {step} give no finite number of elements")
+    return max(math.ceil(span), 0)
 
 
 # -- indexing ----------------------------------------------------------------------------------------
@@ -234,11 +272,15 @@ def TopK(n: Node, x: Tensor, k: Tensor) -> tuple[Tensor, Tensor]:
     """The ``k`` largest (``largest=1``) or smallest values along ``axis``, sorted, and their
     int64 indices; of equal values the lower index comes first, as ONNX requires, and NaN
     ranks above every number (as in onnxruntime) for ``largest`` and below them otherwise."""
+    if not -x.ndim() <= n.attr("axis", -1) < x.ndim():
+        raise n.fail(f"axis {n.attr('axis', -1)} is out of range for the input of shape {x.shape}")
     axis = n.attr("axis", -1) % x.ndim()
-    order = _ranking(x.device.xp, x.data, axis, bool(n.attr("largest", 1)))
+    if k.size() != 1:
+        raise n.fail(f"k must hold one value, got shape {k.shape}")
     count = int(n.scalar(k))
     if not 0 <= count <= x.shape[axis]:
         raise n.fail(f"k = {count} must lie in [0, {x.shape[axis]}], the size of axis {axis}")
+    order = _ranking(x.device.xp, x.data, axis, bool(n.attr("largest", 1)))
     first_k = (slice(None),) * axis + (slice(0, count),)
     indices = wrap(order[first_k].astype(np.int64), x)
     return ops.gather_elements(x, indices, axis), indices
@@ -273,7 +315,17 @@ def OneHot(n: Node, indices: Tensor, depth: Tensor, values: Tensor) -> Tensor:
     """``values[1]`` at each index along a new ``axis`` of size ``depth``, else ``values[0]``."""
     if indices.dtype.kind == "f":
         indices = ops.cast(indices, np.int64)
-    return ops.onehot(indices, int(n.scalar(depth)), values, n.attr("axis", -1))
+    if depth.size() != 1 or values.size() != 2:
+        raise n.fail(f"depth must hold one value and values two, got shapes {depth.shape} and {values.shape}")
+    d = n.scalar(depth)
+    if not float(d).is_integer() or d < 1:
+        raise n.fail(f"depth must be a positive integer, got {d}")
+    axis = n.attr("axis", -1)
+    if not -indices.ndim() - 1 <= axis <= indices.ndim():
+        raise n.fail(f"axis {axis} is out of range for indices of rank {indices.ndim()}")
+    # the one-hot comparison is made in int64 before the values are placed
+    n.check_size((indices.size(), int(d)), max(8, values.dtype.itemsize))
+    return ops.onehot(indices, int(d), values, axis)
 
 
 # -- dropout: inference is the identity; a mask output reports every element as kept ---------------

@@ -28,9 +28,12 @@ from onnx import ModelProto, helper
 
 from singa_lite import device as _device
 from singa_lite import ops
+from singa_lite.errors import OnnxError
 from singa_lite.model import Model
-from singa_lite.sonnx.backend import Program, load_model
+from singa_lite.sonnx import limits as _limits
+from singa_lite.sonnx.backend import Program
 from singa_lite.sonnx.handlers_base import proto_array
+from singa_lite.sonnx.reading import read_model
 from singa_lite.tensor import Tensor
 
 PARAM_INPUTS: dict[str, tuple[int, ...]] = {
@@ -71,11 +74,11 @@ def initializer_roles(proto: ModelProto) -> dict[str, str]:
     input positions of the nodes that consume the initializers.
     """
     props = {p.key: p.value for p in proto.metadata_props}
-    if "singa_lite.params" in props:
-        recorded = {n: "param" for n in json.loads(props["singa_lite.params"])}
-        recorded.update({n: "state" for n in json.loads(props.get("singa_lite.states", "[]"))})
-        return recorded
     inits = {t.name: t for t in proto.graph.initializer}
+    if "singa_lite.params" in props:
+        recorded = {n: "param" for n in _recorded_names(props, "singa_lite.params", inits)}
+        recorded.update({n: "state" for n in _recorded_names(props, "singa_lite.states", inits)})
+        return recorded
     # Exporters pass some weights through Identity nodes (PyTorch does for running stats):
     # look through them to the initializer.
     source = {n.output[0]: n.input[0] for n in proto.graph.node if n.op_type == "Identity"}
@@ -89,13 +92,32 @@ def initializer_roles(proto: ModelProto) -> dict[str, str]:
                 t = inits.get(name)
                 if t is None or roles.get(name) == "param":
                     continue
-                arr_dtype = helper.tensor_dtype_to_np_dtype(t.data_type)
+                try:
+                    arr_dtype = helper.tensor_dtype_to_np_dtype(t.data_type)
+                except KeyError:  # a data type onnx does not know: reading it names the tensor
+                    continue
                 if np.dtype(arr_dtype).kind != "f":
                     continue
                 if node.op_type == "Add" and int(np.prod(t.dims)) < 2:
                     continue  # a scalar added is a constant of the formula, not a bias
                 roles[name] = role
     return roles
+
+
+def _recorded_names(props: dict[str, str], key: str, inits: dict[str, Any]) -> list[str]:
+    """The initializer names a singa_lite export recorded under ``key`` (untrusted metadata:
+    a JSON list of the names of existing initializers, or ``OnnxError`` saying what it is)."""
+    text = props.get(key, "[]")
+    try:
+        names = json.loads(text)
+    except (ValueError, RecursionError):
+        raise OnnxError(f"metadata {key!r} is not valid JSON: {text[:80]!r}") from None
+    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+        raise OnnxError(f"metadata {key!r} must be a JSON list of initializer names, got {text[:80]!r}")
+    unknown = [n for n in names if n not in inits]
+    if unknown:
+        raise OnnxError(f"metadata {key!r} names {unknown[:5]}, which are not initializers of the graph")
+    return names
 
 
 def param_name(onnx_name: str, taken: set[str]) -> str:
@@ -116,9 +138,15 @@ def param_name(onnx_name: str, taken: set[str]) -> str:
 class SONNXModel(Model):
     """A ``Model`` running an ONNX graph, with the graph's weights as named params and states."""
 
-    def __init__(self, onnx_model: Any, device: Any = None) -> None:
+    def __init__(
+        self, onnx_model: Any, device: Any = None, base_dir: Any = None, limits: _limits.Limits | None = None
+    ) -> None:
+        """``onnx_model``: a ``ModelProto``, bytes or a path, read as ``sonnx.prepare`` reads it
+        (external data from the file's directory or ``base_dir``; ``limits`` on what it may
+        allocate, kept for every run)."""
         super().__init__()
-        proto = load_model(onnx_model)
+        lim = _limits.resolve(limits)
+        proto, external = read_model(onnx_model, base_dir, lim)
         dev = device if device is not None else _device.get_default_device()
         roles = initializer_roles(proto)
         inits = {t.name: t for t in proto.graph.initializer}
@@ -126,13 +154,17 @@ class SONNXModel(Model):
         # ONNX name -> attribute name, in graph order so names are stable across loads.
         self._onnx_names: dict[str, str] = {}
         for onnx_name, role in roles.items():
-            arr = proto_array(inits[onnx_name], "initializer")
+            arr = proto_array(inits[onnx_name], "initializer", external)
             trainable = role == "param"
+            if arr.dtype.kind != "f":
+                raise OnnxError(
+                    f"initializer {onnx_name!r} is a {role} but has element type {arr.dtype}, not a float"
+                )
             t = Tensor(data=arr, device=dev, requires_grad=trainable, stores_grad=trainable)
             attr = param_name(onnx_name, taken)
             setattr(self, attr, t)
             self._onnx_names[onnx_name] = attr
-        self._program = Program(proto, dev, held=roles)
+        self._program = Program(proto, dev, held=roles, limits=lim, external=external)
 
     @property
     def onnx_names(self) -> dict[str, str]:
