@@ -1,10 +1,13 @@
 """One training step (forward + backward + SGD-momentum update) in singa_lite and PyTorch CPU.
 
-    python benchmarks/training.py [--steps 30] [--only mlp,cnn,resnet20,lstm] [--device cpu|gpu]
+    python benchmarks/training.py [--steps 30] [--only mlp,cnn,resnet20,lstm,gpt] [--device cpu|gpu]
 
 Runs each workload in singa_lite eager mode, singa_lite graph mode and, where installed,
 PyTorch CPU, in this one process with the same thread count, and prints the median and minimum
 milliseconds per step and the singa_lite/PyTorch ratio (below 1.0: singa_lite is faster).
+The ``gpt`` workload is ``examples/gpt.py``'s model (4 pre-norm blocks, 4 heads, width 128,
+causal attention over 128 characters, batch 16) with its update: AdamW after clipping the
+gradients to a global norm of 1.
 The machine is shared and noisy: compare ratios, not absolute times. With ``--device gpu``
 both run on the first CUDA device (PyTorch with TF32 off, as singa_lite keeps float32 exact)
 and every step ends with a device synchronisation.
@@ -20,9 +23,11 @@ from collections.abc import Callable
 
 import numpy as np
 
-from singa_lite import device, layer, model, opt, tensor
+from singa_lite import autograd, device, layer, model, opt, tensor
+from singa_lite.clip_grad import ClipGradNorm
 
 THREADS = int(os.environ.get("BENCH_THREADS", os.cpu_count() or 1))
+GPT_VOCAB = 58  # the characters of the text examples/gpt.py trains on
 
 
 # -- singa_lite models ---------------------------------------------------------------------------
@@ -104,6 +109,38 @@ class LSTMNet(layer.Layer):
         return self.fc(h)
 
 
+class GPT(model.Model):
+    """``examples/gpt.py``'s model: token and learned position embeddings, pre-norm blocks."""
+
+    def __init__(self, vocab: int = GPT_VOCAB, context: int = 128, width: int = 128, depth: int = 4) -> None:
+        super().__init__()
+        self.tok = layer.Embedding(vocab, width)
+        self.pos = layer.LearnedPositionalEmbedding(context, batch_first=True)
+        self.blocks = [
+            layer.TransformerEncoderLayer(
+                width, 4, 4 * width, 0.0, "gelu_tanh", batch_first=True, norm_first=True
+            )
+            for _ in range(depth)
+        ]
+        for i, block in enumerate(self.blocks):
+            setattr(self, f"block{i}", block)
+        self.norm = layer.LayerNorm()
+        self.head = layer.Linear(vocab)
+        self.loss = layer.SoftMaxCrossEntropy()
+
+    def forward(self, idx: tensor.Tensor) -> tensor.Tensor:
+        x = self.pos(self.tok(idx))
+        for block in self.blocks:
+            x = block(x, is_causal=True)
+        return self.head(self.norm(x))
+
+    def train_one_batch(self, idx: tensor.Tensor, target: tensor.Tensor) -> tuple:
+        logits = self.forward(idx)
+        loss = self.loss(autograd.reshape(logits, (-1, logits.shape[-1])), target)
+        self.optimizer(loss)
+        return logits, loss
+
+
 SINGA_NETS: dict[str, Callable[[], layer.Layer]] = {
     "mlp": lambda: Sequential(
         layer.Linear(512), layer.ReLU(), layer.Linear(256), layer.ReLU(), layer.Linear(10)
@@ -129,6 +166,7 @@ SHAPES = {
     "cnn": ((64, 1, 28, 28), "LeNet CNN 1x28x28, batch 64"),
     "resnet20": ((32, 3, 32, 32), "ResNet-20 + BN 3x32x32, batch 32"),
     "lstm": ((32, 32, 64), "LSTM 64->128, 32 steps, batch 32"),  # (T, N, I)
+    "gpt": ((16, 128), "char GPT 4x128, context 128, batch 16"),  # token ids; AdamW + clipping
 }
 
 
@@ -150,8 +188,15 @@ def bench_singa(name: str, use_graph: bool, steps: int, gpu: bool = False) -> li
     x = rng.standard_normal(shape).astype(np.float32)
     y = rng.integers(0, 10, batch).astype(np.int32)
     dev = device.create_cuda_gpu() if gpu else device.create_cpu_device()
-    m = Classifier(SINGA_NETS[name]())
-    m.set_optimizer(opt.SGD(lr=0.01, momentum=0.9))
+    m: model.Model
+    if name == "gpt":
+        x = rng.integers(0, GPT_VOCAB, shape).astype(np.int32)
+        y = rng.integers(0, GPT_VOCAB, x.size).astype(np.int32)
+        m = GPT()
+        m.set_optimizer(ClipGradNorm(opt.AdamW(lr=1e-3), 1.0))
+    else:
+        m = Classifier(SINGA_NETS[name]())
+        m.set_optimizer(opt.SGD(lr=0.01, momentum=0.9))
     tx = tensor.from_numpy(x, dev)
     ty = tensor.from_numpy(y, dev)
     m.compile([tx], is_train=True, use_graph=use_graph)
@@ -205,6 +250,26 @@ def bench_torch(name: str, steps: int, gpu: bool = False) -> list[float] | None:
             _, (h, _) = self.lstm(x)
             return self.fc(h[0])
 
+    class GPT(nn.Module):
+        def __init__(self, vocab: int = GPT_VOCAB, context: int = 128, width: int = 128) -> None:
+            super().__init__()
+            self.tok = nn.Embedding(vocab, width)
+            self.pos = nn.Parameter(torch.randn(context, width) * 0.02)
+            gelu = nn.GELU(approximate="tanh")
+            self.blocks = nn.ModuleList(
+                nn.TransformerEncoderLayer(width, 4, 4 * width, 0.0, gelu, batch_first=True, norm_first=True)
+                for _ in range(4)
+            )
+            self.norm = nn.LayerNorm(width)
+            self.head = nn.Linear(width, vocab)
+            self.register_buffer("mask", nn.Transformer.generate_square_subsequent_mask(context))
+
+        def forward(self, idx):
+            x = self.tok(idx) + self.pos
+            for block in self.blocks:
+                x = block(x, src_mask=self.mask, is_causal=True)
+            return self.head(self.norm(x)).reshape(-1, GPT_VOCAB)
+
     def resnet() -> nn.Module:
         mods: list[nn.Module] = [nn.Conv2d(3, 16, 3, 1, 1, bias=False), nn.BatchNorm2d(16), nn.ReLU()]
         cin = 16
@@ -233,21 +298,29 @@ def bench_torch(name: str, steps: int, gpu: bool = False) -> list[float] | None:
         ),
         "resnet20": resnet,
         "lstm": LSTMNet,
+        "gpt": GPT,
     }
     shape, _ = SHAPES[name]
     batch = shape[1] if name == "lstm" else shape[0]
     net = nets[name]().to(where)
     net.train()
-    sgd = torch.optim.SGD(net.parameters(), lr=0.01, momentum=0.9)
     rng = np.random.default_rng(0)
     x = torch.from_numpy(rng.standard_normal(shape).astype(np.float32)).to(where)
     y = torch.from_numpy(rng.integers(0, 10, batch).astype(np.int64)).to(where)
+    if name == "gpt":
+        x = torch.from_numpy(rng.integers(0, GPT_VOCAB, shape)).to(where)
+        y = torch.from_numpy(rng.integers(0, GPT_VOCAB, x.numel())).to(where)
+        update = torch.optim.AdamW(net.parameters(), lr=1e-3)
+    else:
+        update = torch.optim.SGD(net.parameters(), lr=0.01, momentum=0.9)
     loss_fn = nn.CrossEntropyLoss()
 
     def step() -> None:
-        sgd.zero_grad(set_to_none=True)
+        update.zero_grad(set_to_none=True)
         loss_fn(net(x), y).backward()
-        sgd.step()
+        if name == "gpt":
+            nn.utils.clip_grad_norm_(net.parameters(), 1.0)
+        update.step()
         if gpu:
             torch.cuda.synchronize()
 
@@ -257,7 +330,7 @@ def bench_torch(name: str, steps: int, gpu: bool = False) -> list[float] | None:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--steps", type=int, default=30)
-    p.add_argument("--only", default="mlp,cnn,resnet20,lstm")
+    p.add_argument("--only", default="mlp,cnn,resnet20,lstm,gpt")
     p.add_argument("--device", choices=("cpu", "gpu"), default="cpu")
     args = p.parse_args()
     gpu = args.device == "gpu"

@@ -33,6 +33,8 @@ def _scalar(y):
     return total
 
 
+_MHA = sorted([f"{p}_proj.{w}" for p in "kqv" for w in "Wb"] + ["out_proj.W", "out_proj.b"])
+
 # (factory, input factory, expected output shape, expected param names)
 CASES = {
     "Linear": (lambda: layer.Linear(5), lambda d: _x((4, 3), d), (4, 5), ["W", "b"]),
@@ -152,6 +154,88 @@ CASES = {
         [],
     ),
     "MeanSquareError": (lambda: layer.MeanSquareError(), lambda d: (_x((4, 3), d), _x((4, 3), d)), (1,), []),
+    # the transformer-era layers (more of them in test_layer_transformer.py)
+    "MultiHeadAttention": (
+        lambda: layer.MultiHeadAttention(8, 2),
+        lambda d: _x((5, 2, 8), d),
+        (5, 2, 8),
+        _MHA,
+    ),
+    "MultiHeadAttention(cross, gqa, no bias)": (
+        lambda: layer.MultiHeadAttention(8, 4, batch_first=True, num_kv_heads=2, bias=False),
+        lambda d: (_x((2, 5, 8), d), _x((2, 3, 6), d), _x((2, 3, 7), d)),
+        (2, 5, 8),
+        ["k_proj.W", "out_proj.W", "q_proj.W", "v_proj.W"],
+    ),
+    "TransformerEncoderLayer": (
+        lambda: layer.TransformerEncoderLayer(8, 2, 16, 0.1),
+        lambda d: _x((4, 2, 8), d),
+        (4, 2, 8),
+        ["linear1.W", "linear1.b", "linear2.W", "linear2.b", "norm1.bias", "norm1.scale", "norm2.bias"]
+        + ["norm2.scale"]
+        + [f"self_attn.{n}" for n in _MHA],
+    ),
+    "TransformerDecoderLayer": (
+        lambda: layer.TransformerDecoderLayer(8, 2, 16, 0.0, "gelu_tanh", batch_first=True, norm_first=True),
+        lambda d: (_x((2, 4, 8), d), _x((2, 6, 8), d)),
+        (2, 4, 8),
+        ["linear1.W", "linear1.b", "linear2.W", "linear2.b"]
+        + [f"norm{i}.{p}" for i in (1, 2, 3) for p in ("bias", "scale")]
+        + [f"{a}.{n}" for a in ("multihead_attn", "self_attn") for n in _MHA],
+    ),
+    "RMSNorm": (lambda: layer.RMSNorm(), lambda d: _x((2, 3, 4), d), (2, 3, 4), ["scale"]),
+    "GroupNorm": (lambda: layer.GroupNorm(2), lambda d: _x((2, 4, 3, 3), d), (2, 4, 3, 3), ["bias", "scale"]),
+    "GroupNorm(no affine)": (
+        lambda: layer.GroupNorm(2, affine=False),
+        lambda d: _x((2, 4, 3), d),
+        (2, 4, 3),
+        [],
+    ),
+    "BatchNorm1d": (lambda: layer.BatchNorm1d(), lambda d: _x((4, 3), d), (4, 3), ["bias", "scale"]),
+    "BatchNorm1d(N, C, L)": (
+        lambda: layer.BatchNorm1d(),
+        lambda d: _x((4, 3, 5), d),
+        (4, 3, 5),
+        ["bias", "scale"],
+    ),
+    "Conv1d": (lambda: layer.Conv1d(4, 3, padding=1), lambda d: _x((2, 3, 7), d), (2, 4, 7), ["W", "b"]),
+    "Conv1d(legacy, asym pad)": (
+        lambda: layer.Conv1d(3, 4, 3, 2, (2, 0)),
+        lambda d: _x((2, 3, 7), d),
+        (2, 4, 4),
+        ["W", "b"],
+    ),
+    "ConvTranspose2d": (
+        lambda: layer.ConvTranspose2d(4, 3, stride=2),
+        lambda d: _x((2, 3, 4, 4), d),
+        (2, 4, 9, 9),
+        ["W", "b"],
+    ),
+    "Upsample": (lambda: layer.Upsample(scale_factor=2), lambda d: _x((1, 2, 3, 4), d), (1, 2, 6, 8), []),
+    "Upsample(linear, 1-D)": (
+        lambda: layer.Upsample(size=7, mode="linear"),
+        lambda d: _x((1, 2, 3), d),
+        (1, 2, 7),
+        [],
+    ),
+    "SinusoidalPositionalEmbedding": (
+        lambda: layer.SinusoidalPositionalEmbedding(),
+        lambda d: _x((5, 2, 6), d),
+        (5, 2, 6),
+        [],
+    ),
+    "LearnedPositionalEmbedding": (
+        lambda: layer.LearnedPositionalEmbedding(8, batch_first=True),
+        lambda d: _x((2, 5, 6), d),
+        (2, 5, 6),
+        ["W"],
+    ),
+    "RotaryEmbedding": (
+        lambda: layer.RotaryEmbedding(rotary_dim=4),
+        lambda d: _x((2, 3, 5, 6), d),
+        (2, 3, 5, 6),
+        [],
+    ),
 }
 
 

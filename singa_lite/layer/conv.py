@@ -166,6 +166,167 @@ class SeparableConv2d(Layer):
         return self.point_conv(self.depthwise_conv(x))
 
 
+class Conv1d(Layer):
+    """1-D convolution of ``(N, C, L)``: ``Conv1d(nb_kernels, kernel_size, stride=1, padding=0,
+    dilation=1, group=1, bias=True)``; ``W`` is ``(nb_kernels, C/group, kernel_size)``.
+
+    ``padding`` is an int or ``(left, right)``. The form ``Conv1d(in_channels, out_channels,
+    kernel_size, stride, padding)`` is accepted too, as for ``Conv2d``.
+    """
+
+    def __init__(
+        self,
+        nb_kernels: int,
+        kernel_size: int,
+        *args: Any,
+        stride: int = 1,
+        padding: Any = 0,
+        dilation: int = 1,
+        group: int = 1,
+        bias: bool = True,
+    ) -> None:
+        super().__init__()
+        self.in_channels = None
+        if args:  # Conv1d(in_channels, out_channels, kernel_size[, stride[, padding]])
+            self.in_channels, nb_kernels, kernel_size = nb_kernels, kernel_size, args[0]
+            stride = args[1] if len(args) > 1 else stride
+            padding = args[2] if len(args) > 2 else padding
+            count("Conv1d", "in_channels", self.in_channels)
+        self.nb_kernels = count("Conv1d", "nb_kernels", nb_kernels)
+        self.kernel_size = count("Conv1d", "kernel_size", kernel_size)
+        self.stride = count("Conv1d", "stride", stride)
+        self.dilation = count("Conv1d", "dilation", dilation)
+        counts("Conv1d", "padding", padding, 0)
+        pad = (padding, padding) if isinstance(padding, _NUMBER) else tuple(padding)
+        if len(pad) != 2:
+            raise ArgumentError(f"Conv1d: padding must be an int or (left, right), got {padding!r}")
+        self.padding = (int(pad[0]), int(pad[1]))
+        self.group = count("Conv1d", "group", group)
+        self.bias = bias
+
+    def initialize(self, x: Tensor) -> None:
+        self.check_ndim(x, 3, "(N, C, L)")
+        c = x.shape[1]
+        if self.in_channels is not None and self.in_channels != c:
+            raise ShapeError(f"Conv1d: built for {self.in_channels} input channels, got {x.shape}")
+        if c % self.group or self.nb_kernels % self.group:
+            raise ShapeError(
+                f"Conv1d: group {self.group} must divide channels {c} and kernels {self.nb_kernels}"
+            )
+        self.in_channels = c
+        fan_in = c // self.group * self.kernel_size
+        std = math.sqrt(2.0 / (fan_in + self.nb_kernels))  # as Conv2d (SINGA's rule)
+        self.W = _param((self.nb_kernels, c // self.group, self.kernel_size), x).gaussian(0.0, std)
+        if self.bias:
+            self.b = _param((self.nb_kernels,), x)
+
+    def forward(self, x: Tensor) -> Tensor:
+        b = self.b if self.bias else None
+        return ops.conv1d(x, self.W, b, self.stride, self.padding, self.dilation, self.group)
+
+
+class ConvTranspose2d(Layer):
+    """Transposed 2-D convolution (the gradient of ``Conv2d`` with respect to its input):
+    ``ConvTranspose2d(nb_kernels, kernel_size, stride=1, padding=0, output_padding=0,
+    dilation=1, group=1, bias=True)``. ``W`` is ``(C_in, nb_kernels/group, kh, kw)`` (PyTorch's
+    and ONNX's layout); the output is ``(H - 1) * stride - pad_top - pad_bottom + dilation *
+    (kh - 1) + output_padding + 1`` high, and likewise wide.
+    """
+
+    def __init__(
+        self,
+        nb_kernels: int,
+        kernel_size: Any,
+        stride: Any = 1,
+        padding: Any = 0,
+        output_padding: Any = 0,
+        dilation: Any = 1,
+        group: int = 1,
+        bias: bool = True,
+    ) -> None:
+        super().__init__()
+        me = "ConvTranspose2d"
+        self.nb_kernels = count(me, "nb_kernels", nb_kernels)
+        self.kernel_size = _pair(counts(me, "kernel_size", kernel_size, 1))
+        self.stride = _pair(counts(me, "stride", stride, 1))
+        self.padding = _padding4(counts(me, "padding", padding, 0))
+        self.output_padding = _pair(counts(me, "output_padding", output_padding, 0))
+        self.dilation = _pair(counts(me, "dilation", dilation, 1))
+        for op, s, d in zip(self.output_padding, self.stride, self.dilation):
+            if op >= max(s, d):
+                raise ArgumentError(f"{me}: output_padding {op} must be smaller than stride or dilation")
+        self.group = count(me, "group", group)
+        self.bias = bias
+
+    def initialize(self, x: Tensor) -> None:
+        self.check_ndim(x, 4, "(N, C, H, W)")
+        c = x.shape[1]
+        if c % self.group or self.nb_kernels % self.group:
+            raise ShapeError(
+                f"ConvTranspose2d: group {self.group} must divide channels {c} and kernels {self.nb_kernels}"
+            )
+        kh, kw = self.kernel_size
+        per_group = self.nb_kernels // self.group
+        std = math.sqrt(2.0 / (c // self.group * kh * kw + self.nb_kernels))  # as Conv2d
+        self.W = _param((c, per_group, kh, kw), x).gaussian(0.0, std)
+        if self.bias:
+            self.b = _param((self.nb_kernels,), x)
+
+    def forward(self, x: Tensor) -> Tensor:
+        b = self.b if self.bias else None
+        return ops.conv_transpose2d(
+            x, self.W, b, self.stride, self.padding, self.output_padding, self.dilation, self.group
+        )
+
+
+_UPSAMPLE_MODES = ("nearest", "linear", "bilinear", "trilinear", "bicubic")
+
+
+class Upsample(Layer):
+    """Resize the spatial axes of ``(N, C, *spatial)`` by ``scale_factor`` or to ``size``, as
+    ``torch.nn.Upsample``: ``mode`` nearest (the floor of the scaled position), linear,
+    bilinear, trilinear or bicubic, with ``align_corners`` for the last four."""
+
+    def __init__(
+        self,
+        size: Any = None,
+        scale_factor: Any = None,
+        mode: str = "nearest",
+        align_corners: bool | None = None,
+    ) -> None:
+        super().__init__()
+        if (size is None) == (scale_factor is None):
+            raise ArgumentError("Upsample: give exactly one of size and scale_factor")
+        self.mode = choice("Upsample", "mode", mode, _UPSAMPLE_MODES)
+        if align_corners is not None and mode == "nearest":
+            raise ArgumentError("Upsample: align_corners applies to the interpolating modes only")
+        self.size, self.scale_factor, self.align_corners = size, scale_factor, bool(align_corners)
+
+    def forward(self, x: Tensor) -> Tensor:
+        k = x.ndim() - 2
+        if k < 1:
+            raise ShapeError(f"Upsample: expects (N, C, *spatial), got {x.shape}")
+
+        def per_axis(v: Any, what: str) -> list:
+            vs = [v] * k if isinstance(v, _NUMBER) else list(v)
+            if len(vs) != k:
+                raise ShapeError(f"Upsample: {what} {v!r} does not fit {k} spatial axes of {x.shape}")
+            return vs
+
+        sizes = None if self.size is None else [*x.shape[:2], *(int(s) for s in per_axis(self.size, "size"))]
+        scales = (
+            None
+            if sizes is not None
+            else [1.0, 1.0, *(float(s) for s in per_axis(self.scale_factor, "scale_factor"))]
+        )
+        if self.mode == "nearest":
+            return ops.resize(x, scales, sizes, "nearest", "asymmetric", "floor")
+        mode = "cubic" if self.mode == "bicubic" else "linear"
+        coords = "align_corners" if self.align_corners else "half_pixel"
+        # PyTorch's bicubic uses a = -0.75 and reads outside-the-edge taps from the edge.
+        return ops.resize(x, scales, sizes, mode, coords, cubic_coeff_a=-0.75)
+
+
 class _Pool(Layer):
     is_max = True
     ndim = 2

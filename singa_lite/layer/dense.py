@@ -7,7 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 from singa_lite import initializer as init
-from singa_lite import ops
+from singa_lite import ops, tensor
 from singa_lite.errors import ArgumentError, ShapeError
 from singa_lite.layer._args import count
 from singa_lite.layer.base import Layer
@@ -97,23 +97,46 @@ class Embedding(Layer):
     :mod:`singa_lite.initializer` (``"xavier_uniform"``, ``"he_normal"`` ...) applies that
     initialiser with fans (input_dim, output_dim); a callable is called with ``W`` and fills it
     in place. An unknown name raises ``ArgumentError`` here, not on the first batch.
+
+    ``padding_idx`` (as in PyTorch) names a row that starts at zero and gets no gradient, so a
+    padding token always maps to the same vector. ``dtype`` is the table's (float32 by
+    default: the integer indices say nothing about it).
     """
 
     def __init__(
-        self, input_dim: int, output_dim: int, initializer: str | Callable[[Tensor], Any] = "gaussian"
+        self,
+        input_dim: int,
+        output_dim: int,
+        initializer: str | Callable[[Tensor], Any] = "gaussian",
+        padding_idx: int | None = None,
+        dtype: Any = None,
     ) -> None:
         super().__init__()
+        self.dtype = tensor.as_dtype(dtype if dtype is not None else tensor.float32)
+        if self.dtype.kind != "f":
+            raise ArgumentError(f"Embedding: dtype must be a float type, got {self.dtype}")
         self.input_dim = count("Embedding", "input_dim", input_dim)
         self.output_dim = count("Embedding", "output_dim", output_dim)
         self._fill = _embedding_filler(initializer)
         self.initializer = initializer
+        if padding_idx is not None:
+            n = self.input_dim
+            if isinstance(padding_idx, bool) or not isinstance(padding_idx, int) or not -n <= padding_idx < n:
+                raise ArgumentError(
+                    f"Embedding: padding_idx must be an int in [{-n}, {n}), got {padding_idx!r}"
+                )
+            padding_idx %= n
+        self.padding_idx = padding_idx
 
     def initialize(self, x: Tensor) -> None:
-        self.W = Tensor((self.input_dim, self.output_dim), x.device, requires_grad=True, stores_grad=True)
+        shape = (self.input_dim, self.output_dim)
+        self.W = Tensor(shape, x.device, self.dtype, requires_grad=True, stores_grad=True)
         self._fill(self.W)
+        if self.padding_idx is not None:
+            self.W.data[self.padding_idx] = 0
 
     def forward(self, x: Tensor) -> Tensor:
-        return ops.gather(self.W, 0, x)
+        return ops.embedding(x, self.W, self.padding_idx)
 
 
 def _embedding_filler(initializer: Any) -> Callable[[Tensor], Any]:

@@ -10,9 +10,11 @@ module is ``ops.recurrent``; ``ops.resize`` lives in ``ops.interpolate``).
 
 from singa_lite.ops import (
     activation,
+    attention,
     conv,
     conv_general,
     elementwise,
+    embeddings,
     fused,
     interpolate,
     linalg,
@@ -24,9 +26,11 @@ from singa_lite.ops import (
     shape,
 )
 from singa_lite.ops.activation import *  # noqa: F403
+from singa_lite.ops.attention import *  # noqa: F403
 from singa_lite.ops.conv import *  # noqa: F403
 from singa_lite.ops.conv_general import *  # noqa: F403
 from singa_lite.ops.elementwise import *  # noqa: F403
+from singa_lite.ops.embeddings import *  # noqa: F403
 from singa_lite.ops.fused import *  # noqa: F403
 from singa_lite.ops.interpolate import *  # noqa: F403
 from singa_lite.ops.linalg import *  # noqa: F403
@@ -50,6 +54,8 @@ _FAMILIES = (
     interpolate,
     recurrent,
     loss,
+    attention,
+    embeddings,
     fused,
 )
 

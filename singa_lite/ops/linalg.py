@@ -39,6 +39,12 @@ class MatMul(Operator):
         self.a, self.b = a, b
         if a.ndim == 0 or b.ndim == 0:
             raise self.error("operands must have at least one dimension", a, b)
+        # A stack of rows times one matrix (a Linear layer on a sequence): one product of the
+        # rows folded together, not one small product per leading index; backward folds too,
+        # so the weight gradient needs no stacked temporary to sum.
+        self.folded = a.ndim > 2 and b.ndim == 2 and a.shape[-1] == b.shape[0]
+        if self.folded:
+            return self.xp.matmul(a.reshape(-1, a.shape[-1]), b).reshape(*a.shape[:-1], b.shape[1])
         try:
             return self.xp.matmul(a, b)
         except ValueError:
@@ -46,6 +52,11 @@ class MatMul(Operator):
 
     def backward(self, dy: Any) -> tuple:
         a, b = self.a, self.b
+        if self.folded:
+            xp, dy2 = self.xp, dy.reshape(-1, dy.shape[-1])
+            da = _cast(xp.matmul(dy2, b.T), a.dtype).reshape(a.shape) if self.needs_grad[0] else None
+            db = _cast(xp.matmul(a.reshape(-1, a.shape[-1]).T, dy2), b.dtype) if self.needs_grad[1] else None
+            return da, db
         if a.ndim == 2 and b.ndim == 2:
             da = _cast(self.xp.matmul(dy, b.T), a.dtype) if self.needs_grad[0] else None
             db = _cast(self.xp.matmul(a.T, dy), b.dtype) if self.needs_grad[1] else None

@@ -1,6 +1,6 @@
-"""Normalisation and regularisation: batch, layer and instance norm, LRN, dropout.
+"""Normalisation and regularisation: batch, layer, group, instance and RMS norm, LRN, dropout.
 
-Batch norm, layer norm and instance norm are fused ops with hand-written backward passes
+Batch norm, layer norm, group norm, instance norm and RMS norm are fused ops with hand-written backward passes
 (the closed-form gradient of a standardisation), because composing them from primitives would
 keep several input-sized temporaries alive and walk the data many more times.
 Statistics of float16 inputs are computed in float32; outputs keep the input's dtype.
@@ -24,14 +24,18 @@ __all__ = [
     "LRN",
     "BatchNorm",
     "Dropout",
+    "GroupNorm",
     "InstanceNorm",
     "LayerNorm",
+    "RMSNorm",
     "batch_norm",
     "batchnorm_2d",
     "dropout",
+    "group_norm",
     "instance_norm",
     "layer_norm",
     "lrn",
+    "rms_norm",
 ]
 
 
@@ -266,6 +270,80 @@ class InstanceNorm(_Standardize):
         return (1, x.shape[1]) + (1,) * (x.ndim - 2)
 
 
+class GroupNorm(_Standardize):
+    """ONNX GroupNormalization (opset 21): channels of ``(N, C, *spatial)`` split into ``groups``
+    consecutive groups, statistics per (sample, group); per-channel ``scale`` and ``bias``."""
+
+    def __init__(self, groups: int, eps: float = 1e-5) -> None:
+        super().__init__(eps, "group_norm")
+        if isinstance(groups, bool) or not isinstance(groups, int) or groups < 1:
+            raise ShapeError(f"group_norm: groups must be a positive integer, got {groups!r}")
+        self.groups = groups
+
+    def forward(self, x: Any, scale: Any, bias: Any = None) -> Any:
+        if x.ndim < 2 or x.shape[1] % self.groups:
+            raise self.error(f"expects (N, C, ...) with C divisible by {self.groups} groups", x)
+        self.shape = x.shape
+        n, c = x.shape[:2]
+        # (N, G, C/G, S): the statistics run over the last two axes, the params over axis 2.
+        x4 = x.reshape(n, self.groups, c // self.groups, -1)
+        return super().forward(x4, scale, bias).reshape(x.shape)
+
+    def backward(self, dy: Any) -> tuple:
+        grads = super().backward(dy.reshape(self.xhat.shape))
+        return (None if grads[0] is None else grads[0].reshape(self.shape), *grads[1:])
+
+    def stats_axes(self, x: Any) -> tuple:
+        return (2, 3)
+
+    def param_view(self, p: Any, x: Any) -> tuple:
+        c = x.shape[1] * x.shape[2]
+        if p.shape != (c,):
+            raise self.error(f"scale and bias must have shape ({c},)", x, p)
+        return (1, x.shape[1], x.shape[2], 1)
+
+
+class RMSNorm(Operator):
+    """ONNX RMSNormalization: ``x / sqrt(mean(x^2) + eps) * scale`` over axes ``[axis, ndim)``."""
+
+    def __init__(self, axis: int = -1, eps: float | None = None) -> None:
+        super().__init__("rms_norm")
+        self.axis, self.eps = axis, eps
+
+    def forward(self, x: Any, scale: Any) -> Any:
+        xp = self.xp
+        _check_float(self, x)
+        a = normalize_axis(self.axis, x.ndim, self.name)
+        self.axes = tuple(range(a, x.ndim))
+        target = x.shape[a:]
+        fits = scale.ndim <= len(target) and all(p in (1, t) for p, t in zip(scale.shape[::-1], target[::-1]))
+        if not fits:
+            raise self.error(f"scale must broadcast to the normalised shape {target}", x, scale)
+        acc = _acc_dtype(x.dtype)
+        # PyTorch's default epsilon: the machine epsilon of the input's dtype.
+        self.eps_ = float(np.finfo(x.dtype).eps) if self.eps is None else self.eps
+        xa = x.astype(acc, copy=False)
+        self.inv = 1 / xp.sqrt((xa * xa).mean(axis=self.axes, keepdims=True) + acc.type(self.eps_))
+        self.xhat = xa * self.inv
+        self.view = (1,) * (x.ndim - scale.ndim) + tuple(scale.shape)
+        self.scale = scale.astype(acc, copy=False).reshape(self.view)
+        return (self.xhat * self.scale).astype(x.dtype, copy=False)
+
+    def backward(self, dy: Any) -> tuple:
+        xhat = self.xhat
+        dya = dy.astype(xhat.dtype, copy=False)
+        dx = None
+        if self.needs_grad[0]:
+            # d/dx of x * inv: inv * (g - xhat * mean(g * xhat)), with g = dy * scale.
+            g = dya * self.scale
+            dx = g - xhat * (g * xhat).mean(axis=self.axes, keepdims=True)
+            dx *= self.inv
+            dx = dx.astype(dy.dtype, copy=False)
+        p = self.inputs[1]
+        dscale = unbroadcast(dya * xhat, self.view).reshape(p.shape).astype(p.dtype, copy=False)
+        return dx, dscale
+
+
 class Dropout(Operator):
     """Inverted dropout: in training zero each element with probability ``ratio`` and scale the
     rest by ``1 / (1 - ratio)``, so inference is the identity."""
@@ -377,6 +455,23 @@ def layer_norm(
 def instance_norm(x: Tensor, scale: Tensor, bias: Tensor, eps: float = 1e-5) -> Tensor:
     """ONNX InstanceNormalization of ``(N, C, *spatial)``: per (sample, channel) statistics."""
     return InstanceNorm(eps)(x, scale, bias)[0]
+
+
+def group_norm(
+    x: Tensor, groups: int, scale: Tensor, bias: Tensor | None = None, eps: float = 1e-5
+) -> Tensor:
+    """Group normalisation of ``(N, C, *spatial)``: the channels fall into ``groups`` groups of
+    ``C / groups`` consecutive channels, each normalised per sample over its channels and the
+    spatial axes, then ``* scale + bias`` per channel (``scale``, ``bias``: ``(C,)``)."""
+    op = GroupNorm(groups, eps)
+    return op(x, scale)[0] if bias is None else op(x, scale, bias)[0]
+
+
+def rms_norm(x: Tensor, scale: Tensor, axis: int = -1, eps: float | None = None) -> Tensor:
+    """Root-mean-square normalisation over axes ``[axis, ndim)``: ``x / sqrt(mean(x^2) + eps)
+    * scale`` (no centring, no bias). ``eps`` defaults to the dtype's machine epsilon, as in
+    ``torch.nn.RMSNorm``; ``scale`` broadcasts to ``x.shape[axis:]``."""
+    return RMSNorm(axis, eps)(x, scale)[0]
 
 
 def dropout(x: Tensor, ratio: float = 0.5) -> Tensor:

@@ -745,3 +745,7 @@ def _mse(g: GraphBuilder, op: Any, xs: list[Value], ys: list[Value]) -> None:
 def supported_operators() -> list[str]:
     """Names of the singa_lite operator classes that export, sorted."""
     return sorted({cls.__name__ for cls in CONVERTERS})
+
+
+# The transformer ops' converters live apart to keep this file small; importing registers them.
+from singa_lite.sonnx import frontend_attention  # noqa: E402, F401

@@ -3,7 +3,8 @@
 Every handler is named exactly after its operator and lives in the module of its family:
 :mod:`~singa_lite.sonnx.handlers_math` (arithmetic, activations, reductions),
 :mod:`~singa_lite.sonnx.handlers_shape` (constants, shapes, indexing) and
-:mod:`~singa_lite.sonnx.handlers_nn` (convolution, pooling, normalisation, resizing, RNNs).
+:mod:`~singa_lite.sonnx.handlers_nn` (convolution, pooling, normalisation, resizing, RNNs) and
+:mod:`~singa_lite.sonnx.handlers_attention` (attention, RMS and group norm, rotary embedding).
 A handler receives a :class:`~singa_lite.sonnx.handlers_base.Node` (attributes and the model's
 opset) and the node's input tensors, and branches on ``node.opset`` where the operator changed.
 """
@@ -14,9 +15,9 @@ from collections.abc import Callable
 
 import onnx
 
-from singa_lite.sonnx import handlers_math, handlers_nn, handlers_shape
+from singa_lite.sonnx import handlers_attention, handlers_math, handlers_nn, handlers_shape
 
-FAMILIES = (handlers_math, handlers_shape, handlers_nn)
+FAMILIES = (handlers_math, handlers_shape, handlers_nn, handlers_attention)
 
 HANDLERS: dict[str, Callable] = {name: getattr(m, name) for m in FAMILIES for name in m.__all__}
 """ONNX operator (default domain) -> handler."""

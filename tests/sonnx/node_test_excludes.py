@@ -32,6 +32,16 @@ EXCLUDES.update(
         for case in ("3d_causal", "4d_attn_mask_causal", "4d_causal", "4d_causal_padded_kv", "4d_padded_kv")
     }
 )
+# The Attention node itself (not only its expanded form): singa_lite computes the scores,
+# softmax and weighted sum of bfloat16 inputs in float32 and rounds once, where the reference
+# rounds each stage to bfloat16 (1 bfloat16 ulp apart, over the cases' rtol of 0.1%).
+EXCLUDES.update(
+    {
+        f"test_attention_{case}_bf16": "bfloat16 intermediates are computed in float32; the reference "
+        "rounds each to bfloat16"
+        for case in ("3d_causal", "4d_attn_mask_causal", "4d_causal", "4d_causal_padded_kv", "4d_padded_kv")
+    }
+)
 # CastLike takes its type from its second input, which is held as float32 when it is a
 # float8: the result is rounded to float8 values only where the graph output is (by
 # SingaBackend), without ONNX's saturation.
