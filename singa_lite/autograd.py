@@ -8,8 +8,11 @@ takes the input arrays and returns the output array(s), saving on ``self`` only 
 
 ``backward(loss)`` walks the recorded graph once, in topological order, summing the gradients
 of tensors used more than once, and yields ``(param, grad)`` for every tensor that
-``stores_grad`` as soon as all its uses are done. The graph is released as it is walked, so
-memory does not grow across steps.
+``stores_grad`` as soon as all its uses are done. As in SINGA, a graph may be walked again
+(``gradients(loss)`` twice) until the next op is recorded or another graph is walked: then it
+is released, so a loop that keeps its last ``loss`` does not keep every step's graph, and
+memory does not grow across steps. ``retain_graph=True`` keeps a graph for good,
+``retain_graph=False`` releases it as it is walked.
 
 SINGA's conventions hold: graphs are recorded only while ``autograd.training`` is true (which
 ``Model.train()`` sets), and the functional API (``relu``, ``matmul``, ``conv2d``...) is
@@ -19,6 +22,8 @@ importable from here.
 from __future__ import annotations
 
 import contextlib
+import functools
+import weakref
 from collections.abc import Iterator
 from typing import Any
 
@@ -34,6 +39,7 @@ _grad_enabled = True
 _tape: list | None = None  # receives (op, inputs, outputs) per op call, ("step", fn, args) and
 # ("read", tensor, values) per host read (host_values)
 _retain_graph = False  # keep the graph after backward so the step can be replayed
+_walked: Any = None  # (root, ops) of the last backward's walk, as weakrefs, until released
 
 
 @contextlib.contextmanager
@@ -69,7 +75,17 @@ class Operator:
     Non-tensor arguments (axes, strides, ...) go to ``__init__``; tensors go to ``__call__``.
     Inside ``forward``/``backward`` use ``self.xp`` (``numpy`` or ``cupy``) for array math.
     ``self.needs_grad[i]`` tells whether input ``i`` wants a gradient, so backward may skip work.
+
+    ``backward`` answers with SINGA's arity, whatever a subclass returns: the gradient itself
+    for a one-input op, a tuple of one per input otherwise (SINGA's tests call
+    ``y.creator.backward(dy.data)`` and use the result so).
     """
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        fn = cls.__dict__.get("backward")
+        if fn is not None and not getattr(fn, "_singa_arity", False):
+            cls.backward = _singa_arity(fn)  # type: ignore[method-assign]
 
     xp: Any = None
     released = False  # set once backward has freed this op's links to its inputs
@@ -90,6 +106,8 @@ class Operator:
         ys = self.forward_arrays([x.data for x in xs])
         record = training and _grad_enabled and any(x.requires_grad for x in xs)
         if record:
+            if _walked is not None:
+                release_walked()
             self.inputs = xs
             self.needs_grad = tuple(x.requires_grad for x in xs)
             self.out_meta = [(y.shape, y.dtype) for y in ys]
@@ -127,6 +145,18 @@ class Operator:
         return ShapeError(f"{self.name}: {message} (input shapes: {shapes})")
 
 
+def _singa_arity(fn: Any) -> Any:
+    """``fn`` (a ``backward``) returning a lone gradient where it returned a 1-tuple."""
+
+    @functools.wraps(fn)
+    def backward(self: Operator, *dys: Any) -> Any:
+        dxs = fn(self, *dys)
+        return dxs[0] if type(dxs) is tuple and len(dxs) == 1 else dxs
+
+    backward._singa_arity = True  # type: ignore[attr-defined]
+    return backward
+
+
 def _common_device(op: Operator, xs: tuple) -> Any:
     if not xs:
         raise ArgumentError(f"{op.name} needs at least one input tensor")
@@ -145,6 +175,20 @@ def _common_device(op: Operator, xs: tuple) -> Any:
                 f"{op.name}: inputs are on different devices ({desc}); move them with Tensor.to_device first"
             )
     return dev
+
+
+def release_walked(keep: Operator | None = None) -> None:
+    """Release the ops the last ``backward`` walked (unless it started at ``keep``): the
+    recording of a new op, or a walk of another graph, means they will not be walked again.
+    Ops that lead to no param were not walked and stay, as a cast made once before a loop."""
+    global _walked
+    if _walked is None or (keep is not None and _walked[0]() is keep):
+        return
+    refs, _walked = _walked[1], None
+    for ref in refs:
+        op = ref()
+        if op is not None:
+            op.release()
 
 
 def _topological(root: Operator) -> tuple[list[Operator], dict[int, int], list[tuple]]:
@@ -171,8 +215,9 @@ def _topological(root: Operator) -> tuple[list[Operator], dict[int, int], list[t
             continue
         if op.released:
             raise AutogradError(
-                f"backward: {op.name} was freed by an earlier backward through it; pass "
-                "retain_graph=True to that backward to run another through the same graph"
+                f"backward: {op.name} was freed after an earlier backward through it (an op was "
+                "recorded, or another graph walked, since); pass retain_graph=True to that "
+                "backward to run another through the same graph later"
             )
         seen.add(id(op))
         stack.append((op, True))
@@ -236,15 +281,21 @@ def backward(y: Tensor, dy: Any = None, retain_graph: bool | None = None) -> Ite
 
     ``dy`` is the gradient of ``y`` (a Tensor or array; ones when omitted). Each param is
     yielded once, with the sum of the gradients of all its uses, as soon as that sum is final.
+    ``retain_graph``: None (the default) keeps the graph for another backward until an op is
+    recorded or another graph is walked, as SINGA allows; True keeps it; False frees it as it
+    is walked.
     """
-    if retain_graph is None:
-        retain_graph = _retain_graph
+    global _walked
+    if retain_graph is None and _retain_graph:
+        retain_graph = True
     if y.creator is None:
         raise AutogradError(
             "backward: this tensor has no recorded graph. Set `autograd.training = True` "
             "(Model.train() does) before the forward pass, and make sure some input has "
             "requires_grad=True."
         )
+    if _walked is not None:
+        release_walked(keep=y.creator)
     xp = y.device.xp
     if dy is None:
         dy = xp.ones(y.shape, dtype=y.dtype)
@@ -259,6 +310,16 @@ def backward(y: Tensor, dy: Any = None, retain_graph: bool | None = None) -> Ite
         if retain_graph:
             root._plan = plan
     order, leaf_uses = plan[0], dict(plan[1])
+    try:
+        yield from _walk(order, leaf_uses, root, y, dy, retain_graph is False)
+    finally:
+        # Noted after the walk: an op recorded during it (an optimizer's arithmetic on a
+        # param) must not release the graph being walked.
+        if retain_graph is None and (_walked is None or _walked[0]() is not root):
+            _walked = (weakref.ref(root), [weakref.ref(op) for op in order])
+
+
+def _walk(order: list, leaf_uses: dict, root: Operator, y: Tensor, dy: Any, release: bool) -> Iterator[tuple]:
     grads: dict[int, list] = {id(root): [None] * len(root.out_meta)}
     grads[id(root)][y._index] = dy
     leaf_grads: dict[int, Any] = {}
@@ -300,7 +361,7 @@ def backward(y: Tensor, dy: Any = None, retain_graph: bool | None = None) -> Ite
             leaf_uses[k] -= 1
             if leaf_uses[k] == 0:
                 yield x, Tensor._wrap(leaf_grads.pop(k), x.device, False, None, 0)
-        if not retain_graph:
+        if release:
             op.release()
     # Params whose other uses lay on paths that carried no gradient.
     for k, g in leaf_grads.items():
@@ -313,9 +374,17 @@ def gradients(y: Tensor, dy: Any = None) -> dict[Tensor, Tensor]:
 
 
 def __getattr__(name: str) -> Any:
-    # The op modules import this one, so the functional API is attached lazily.
+    # The op modules import this one, so the functional API is attached lazily: SINGA's names
+    # and argument orders (ops/singa_names.py) first, then every op under its own name.
     from singa_lite import ops
+    from singa_lite.ops import singa_names
 
-    if not name.startswith("_") and hasattr(ops, name):
+    if name in singa_names.__all__:
+        return getattr(singa_names, name)
+    if not name.startswith("_") and hasattr(ops, name) and not _is_module(getattr(ops, name)):
         return getattr(ops, name)
     raise AttributeError(f"module 'singa_lite.autograd' has no attribute {name!r}")
+
+
+def _is_module(obj: Any) -> bool:
+    return type(obj) is type(contextlib)

@@ -60,6 +60,23 @@ class Device:
         """SINGA prints per-op device timings here; singa_lite has no per-op profiler, and says so."""
         print("singa_lite: no per-operator time profile (use benchmarks/ or cProfile)")
 
+    # SINGA buffers ops on the device between EnableGraph(True) and RunGraph(); its examples
+    # call these around every step. singa_lite runs every op eagerly, when it is called, and
+    # its graph mode (record once, replay) is Model.compile(use_graph=True)'s, so these only
+    # keep the flag a script may read back.
+    graph_enabled = False
+
+    def EnableGraph(self, enable: bool = True) -> None:  # noqa: N802 (SINGA's name)
+        """Note ``enable`` in ``graph_enabled``. Ops still run eagerly: in singa_lite graph
+        mode is ``Model.compile(..., use_graph=True)``, which records and replays whole steps."""
+        self.graph_enabled = bool(enable)
+
+    def ResetGraph(self) -> None:  # noqa: N802 (SINGA's name)
+        """Nothing to drop: singa_lite buffers no ops on a device."""
+
+    def RunGraph(self, sequential: bool = False) -> None:  # noqa: N802 (SINGA's name)
+        """Nothing to run: every op ran when it was called. ``sequential`` is accepted."""
+
     def get_rng_state(self) -> dict:
         return self.backend.rng_state(self.rng)
 

@@ -69,3 +69,9 @@ class UnsupportedOperatorError(OnnxError):
 
 class DistributedError(SingaLiteError):
     """A failure of the communicator or a mismatch between ranks."""
+
+
+class UnsupportedApiError(SingaLiteError, AttributeError):
+    """A part of SINGA's API that singa_lite deliberately does not provide (its C++ tensor
+    bindings, say); the message says what to use instead. An ``AttributeError`` too, so
+    ``hasattr`` and ``getattr(..., default)`` read it as "absent"."""

@@ -411,10 +411,14 @@ def _owner(fn: Any) -> Any:
 
 
 def _flag(model: Model, method: str, name: str, value: Any) -> bool:
-    """``value`` as a bool: a bool, a NumPy bool or the integer 0 or 1; anything else (a string
-    such as ``"yes"``, which ``bool()`` would take as True) is an ``ArgumentError``."""
+    """``value`` as a bool: a bool, a NumPy bool, the integer 0 or 1, or the string ``'True'``
+    or ``'False'`` (any case: SINGA's example scripts pass argparse strings, as in
+    ``compile(..., use_graph=args.graph)``). Anything else (``"yes"``, which ``bool()`` would
+    take as True) is an ``ArgumentError``."""
     if isinstance(value, (bool, np.bool_)) or (isinstance(value, Integral) and value in (0, 1)):
         return bool(value)
+    if isinstance(value, str) and value.strip().lower() in ("true", "false"):
+        return value.strip().lower() == "true"
     raise ArgumentError(f"{type(model).__name__}.{method}: {name} must be True or False, got {value!r}")
 
 

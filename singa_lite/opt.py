@@ -34,8 +34,8 @@ from __future__ import annotations
 
 import abc
 import inspect
-import itertools
 import math
+import weakref
 from collections.abc import Mapping
 from numbers import Integral, Real
 from typing import Any
@@ -95,7 +95,14 @@ def _step_number(step: Any) -> int:
 
 # -- schedules ---------------------------------------------------------------------------------
 class DecayScheduler(abc.ABC):
-    """A hyperparameter schedule: ``sched(step)`` is its value (a float) at optimizer step ``step``.
+    """A hyperparameter schedule: ``sched.value(step)`` is its value (a float) at optimizer step
+    ``step``; ``sched(step)`` is that value as SINGA returns it, a float32 Tensor of shape (1,)
+    on the step's device (``step`` may be a one-element Tensor, as SINGA passes, or an int).
+
+    >>> import numpy as np
+    >>> sched = ExponentialDecay(0.1, decay_steps=10, decay_rate=0.5)
+    >>> sched.value(20), tensor.to_numpy(sched(tensor.from_numpy(np.array([20.0]))))
+    (0.025, array([0.025], dtype=float32))
 
     A schedule is a pure function of the step, so its only position is the optimizer's
     ``step_counter``; ``get_states()`` holds its type and constructor arguments, which is all
@@ -112,7 +119,12 @@ class DecayScheduler(abc.ABC):
     def __init__(self, init_value: float) -> None:
         self.init_value = _real("init_value", init_value)
 
-    def __call__(self, step: Any) -> float:
+    def __call__(self, step: Any) -> Tensor:
+        dev = step.device if isinstance(step, Tensor) else None
+        return tensor.full((1,), self.value(step), dev)
+
+    def value(self, step: Any) -> float:
+        """The value at ``step`` (an int, a NumPy scalar or a one-element Tensor) as a float."""
         return self.call(_step_number(step))
 
     @abc.abstractmethod
@@ -220,8 +232,11 @@ def _as_schedule(lr: Any) -> DecayScheduler:
 
 
 # -- optimizer base ----------------------------------------------------------------------------
-class Optimizer(abc.ABC):
+class Optimizer:
     """Base optimizer: step counter, learning-rate schedule, slots keyed by parameter name.
+
+    Instantiable, as SINGA's is (its tests build ``opt.Optimizer(lr)`` to exercise the step
+    counter and schedule); only ``apply`` needs a subclass.
 
     ``lr`` is a number or a :class:`DecayScheduler`. ``dtype`` is accepted for SINGA
     compatibility; updates always run in each parameter's own dtype. Subclasses list their
@@ -237,6 +252,8 @@ class Optimizer(abc.ABC):
         self.dtype = tensor.as_dtype(dtype)
         self.step_counter = 0
         self._unplaced: set[str] = set()  # names whose loaded slots await their param's device
+        self._owners: dict[str, Any] = {}  # slot key -> weakref to the tensor whose slots they are
+        self._aliases: dict[int, tuple[Any, str]] = {}  # id(tensor) -> (weakref, slot key)
         for slot in self.slot_names:
             setattr(self, slot, {})
 
@@ -252,7 +269,7 @@ class Optimizer(abc.ABC):
     @property
     def lr_value(self) -> float:
         """The learning rate at the current ``step_counter``."""
-        return self.lr(self.step_counter)
+        return self.lr.value(self.step_counter)
 
     def __call__(self, loss: Tensor) -> None:
         """Backward from ``loss``, update every parameter, advance the step (SINGA's ``opt(loss)``)."""
@@ -276,9 +293,12 @@ class Optimizer(abc.ABC):
         """Advance ``step_counter`` (and so the schedule and the bias corrections)."""
         self.step_counter += 1
 
-    @abc.abstractmethod
     def apply(self, param_name: str, param_value: Tensor, param_grad: Tensor) -> None:
         """Update ``param_value`` in place from ``param_grad``, with the slots of ``param_name``."""
+        raise OptimizerError(
+            f"{type(self).__name__}.apply: the Optimizer base class updates nothing; "
+            "use a subclass such as opt.SGD or opt.Adam, or define apply in your own"
+        )
 
     # -- hyperparameters -----------------------------------------------------------------
     def _check_hyperparams(self, hp: dict) -> dict:
@@ -347,27 +367,25 @@ class Optimizer(abc.ABC):
         for slot, values in slots.items():
             setattr(self, slot, values)
         self._unplaced = {name for values in slots.values() for name in values}
+        self._owners, self._aliases = {}, {}  # loaded slots go to the first tensor of each name
 
     # -- helpers for apply -----------------------------------------------------------------
     @staticmethod
     def _name_of(param: Tensor) -> str:
-        """The slot key of ``param``: its name, given one first if it has none.
+        """The slot key of ``param``: its name.
 
         Layers name their params by attribute path; a bare tensor trained by ``opt(loss)`` or
-        ``update`` (SINGA's autograd-only scripts) gets a name unique in this process
-        (``param:1``, ``param:2``... where SINGA uses ``id(param)``, which a later tensor can
-        reuse and so inherit a dead one's slots), so
-        its slots persist across steps. Such a name means nothing in another process: name the
-        tensor yourself to save and restore its slots.
+        ``update`` (SINGA's autograd-only scripts) has its ``Dummy#N`` name, unique in this
+        process, so its slots persist across steps. Such a name means nothing in another
+        process: name the tensor yourself to save and restore its slots.
         """
         if not isinstance(param, Tensor):
             raise ArgumentError(f"an optimizer updates Tensors, got {type(param).__name__}")
-        if param.name is None:
-            param.name = f"param:{next(_unnamed)}"
         return param.name
 
-    def _prepare(self, name: str | None, param: Tensor, grad: Any) -> tuple[Any, Any, Any, Any]:
-        """``(param array, grad array, xp, scalar type)``, after the checks every apply needs."""
+    def _prepare(self, name: str | None, param: Tensor, grad: Any) -> tuple[str, Any, Any, Any, Any]:
+        """``(slot key, param array, grad array, xp, scalar type)``, after the checks every
+        apply needs."""
         me = type(self).__name__
         if not isinstance(param, Tensor):
             raise ArgumentError(f"{me}.apply: param_value must be a Tensor, got {type(param).__name__}")
@@ -387,9 +405,34 @@ class Optimizer(abc.ABC):
             raise ShapeError(f"{type(self).__name__}: gradient shape {g.shape} != param {name!r} {p.shape}")
         if p.dtype.kind != "f":
             raise DTypeError(f"{type(self).__name__}: param {name!r} has dtype {p.dtype}; it must be float")
-        if name in self._unplaced:
-            self._place(name, param)
-        return p, g, param.device.xp, p.dtype.type
+        key = self._slot_key(name, param)
+        if key in self._unplaced:
+            self._place(key, param)
+        return key, p, g, param.device.xp, p.dtype.type
+
+    def _slot_key(self, name: str, param: Tensor) -> str:
+        """The key of ``param``'s slots: its name, unless another live tensor of that name has
+        slots here already (two standalone layers both holding ``W``): then ``name#2``,
+        ``name#3``... in the order the tensors first came. Slots are keyed by name, so they
+        save and load, and told apart by identity, so two params never share them; a tensor
+        whose name's first owner has died takes its slots over (a rebuilt model)."""
+        owner = self._owners.get(name)
+        first = owner() if owner is not None else None
+        if first is param:
+            return name
+        if first is None:
+            self._owners[name] = weakref.ref(param)
+            return name
+        alias = self._aliases.get(id(param))
+        if alias is not None and alias[0]() is param:
+            return alias[1]
+        k = 2
+        while f"{name}#{k}" in self._owners and self._owners[f"{name}#{k}"]() is not None:
+            k += 1
+        key = f"{name}#{k}"
+        self._owners[key] = weakref.ref(param)
+        self._aliases[id(param)] = (weakref.ref(param), key)
+        return key
 
     def _place(self, name: str, param: Tensor) -> None:
         """Move the loaded slots of ``name`` to ``param``'s device and dtype, checking shapes."""
@@ -418,9 +461,6 @@ class Optimizer(abc.ABC):
         if arr is None:
             arr = values[name] = xp.zeros_like(p)
         return arr
-
-
-_unnamed = itertools.count(1)
 
 
 def _snapshot(arr: Any) -> Tensor:
@@ -491,7 +531,7 @@ class SGD(Optimizer):
 
     def apply(self, param_name: str, param_value: Tensor, param_grad: Tensor) -> None:
         """``param_value -= lr * direction`` in place (see the class docstring)."""
-        p, g, xp, c = self._prepare(param_name, param_value, param_grad)
+        param_name, p, g, xp, c = self._prepare(param_name, param_value, param_grad)
         buf = self.moments.get(param_name) if self.momentum else None
         if cupy_kernels.usable(xp, p, g, *(() if buf is None else (buf,))):
             # One launch with the arithmetic of the lines below, bit for bit (kernels/optim.cu).
@@ -570,7 +610,7 @@ class Adam(Optimizer):
 
     def apply(self, param_name: str, param_value: Tensor, param_grad: Tensor) -> None:
         """One Adam update of ``param_value`` in place (see the class docstring)."""
-        p, g, xp, c = self._prepare(param_name, param_value, param_grad)
+        param_name, p, g, xp, c = self._prepare(param_name, param_value, param_grad)
         b1, b2 = self.beta_1, self.beta_2
         m = self._slot(self.m, param_name, p, xp)
         v = self._slot(self.v, param_name, p, xp)
@@ -667,7 +707,7 @@ class AdaGrad(Optimizer):
 
     def apply(self, param_name: str, param_value: Tensor, param_grad: Tensor) -> None:
         """One AdaGrad update of ``param_value`` in place (see the class docstring)."""
-        p, g, xp, c = self._prepare(param_name, param_value, param_grad)
+        param_name, p, g, xp, c = self._prepare(param_name, param_value, param_grad)
         if self.weight_decay:
             g = _decayed(xp, p, g, c(self.weight_decay))
         h = self._slot(self.history, param_name, p, xp)
@@ -709,7 +749,7 @@ class RMSProp(Optimizer):
 
     def apply(self, param_name: str, param_value: Tensor, param_grad: Tensor) -> None:
         """One RMSProp update of ``param_value`` in place (see the class docstring)."""
-        p, g, xp, c = self._prepare(param_name, param_value, param_grad)
+        param_name, p, g, xp, c = self._prepare(param_name, param_value, param_grad)
         if self.weight_decay:
             g = _decayed(xp, p, g, c(self.weight_decay))
         r = self._slot(self.running_average, param_name, p, xp)

@@ -16,6 +16,7 @@ comparison, indexing, ``reshape`` and ``transpose`` go through differentiable op
 
 from __future__ import annotations
 
+import itertools
 import warnings
 from typing import Any
 
@@ -31,6 +32,8 @@ float64 = np.float64
 int32 = np.int32
 int64 = np.int64
 bool_ = np.bool_
+
+_SINGA_TYPE_NAMES = {"float": float32, "int": int32}  # SINGA's as_type('float'/'int')
 
 SUPPORTED_DTYPES = tuple(np.dtype(t) for t in (float16, float32, float64, int32, int64, bool_))
 
@@ -49,6 +52,9 @@ def as_dtype(dtype: Any) -> np.dtype:
     return d
 
 
+_dummy_count = itertools.count()
+
+
 class Tensor:
     """An n-dimensional array on a device (SINGA's constructor signature).
 
@@ -58,6 +64,7 @@ class Tensor:
 
     __array_priority__ = 1000  # so `ndarray + tensor` defers to Tensor.__radd__
     data: Any  # the backend array (numpy.ndarray or cupy.ndarray)
+    _dummy = False  # the name was made up when first read (see ``name``)
 
     def __init__(
         self,
@@ -96,7 +103,7 @@ class Tensor:
         self.stores_grad = stores_grad
         self.creator = creator
         self._index = 0
-        self.name = name
+        self._name = name
 
     @classmethod
     def _wrap(cls, data: Any, dev: Any, requires_grad: bool, creator: Any, index: int) -> Tensor:
@@ -108,8 +115,30 @@ class Tensor:
         t.stores_grad = False
         t.creator = creator
         t._index = index
-        t.name = None
+        t._name = None
         return t
+
+    # -- name -------------------------------------------------------------------------------
+    @property
+    def name(self) -> str:
+        """This tensor's name. A tensor given none is named ``Dummy#N`` (unique in this process,
+        as SINGA names it) when the name is first read, so ``opt.apply(p.name, p, g)`` works on
+        any tensor. Assigning a tensor to a layer attribute renames it by its path (``conv1.W``),
+        whatever name it had."""
+        if self._name is None:
+            self._name = f"Dummy#{next(_dummy_count)}"
+            self._dummy = True
+        return self._name
+
+    @name.setter
+    def name(self, value: str | None) -> None:
+        self._name = value
+        self._dummy = False
+
+    def is_dummy(self) -> bool:
+        """True while this tensor has no name of its own (SINGA's test): it was never named,
+        or only given a ``Dummy#N`` one."""
+        return self._name is None or self._dummy
 
     # -- properties -------------------------------------------------------------------------
     @property
@@ -143,7 +172,7 @@ class Tensor:
             yield self[i]
 
     def __repr__(self) -> str:
-        name = f", name={self.name!r}" if self.name else ""
+        name = "" if self.is_dummy() else f", name={self._name!r}"
         return f"Tensor(shape={self.shape}, dtype={self.dtype}, device={self.device}{name})"
 
     def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
@@ -214,10 +243,18 @@ class Tensor:
     copy_data = copy_from
 
     def clone(self) -> Tensor:
-        """A deep copy with the same flags and name (not recorded)."""
+        """A deep copy with the same flags and name, if it has one of its own (not recorded)."""
         t = Tensor._wrap(self.data.copy(), self.device, self.requires_grad, None, 0)
         t.stores_grad = self.stores_grad
-        t.name = self.name
+        if not self.is_dummy():  # a made-up name stays unique to its tensor
+            t._name = self._name
+        return t
+
+    def copy(self) -> Tensor:
+        """A shallow copy, as SINGA's: a new tensor object sharing this one's memory (writes
+        through either show in both), with the same flags and no recorded creator."""
+        t = Tensor._wrap(self.data, self.device, self.requires_grad, None, 0)
+        t.stores_grad = self.stores_grad
         return t
 
     def to_device(self, dev: _device.Device) -> Tensor:
@@ -235,9 +272,16 @@ class Tensor:
         return self.__array__()
 
     def as_type(self, dtype: Any) -> Tensor:
-        """A new tensor cast to ``dtype`` (recorded: float casts are differentiable)."""
+        """A new tensor cast to ``dtype`` (recorded: float casts are differentiable). SINGA's
+        names ``'float'`` and ``'int'`` mean float32 and int32.
+
+        >>> from_numpy(np.array([1.7, -2.2])).as_type("int").dtype
+        dtype('int32')
+        """
         from singa_lite.ops.shape import cast
 
+        if isinstance(dtype, str) and dtype in _SINGA_TYPE_NAMES:
+            dtype = _SINGA_TYPE_NAMES[dtype]
         return cast(self, as_dtype(dtype))
 
     astype = as_type
@@ -472,10 +516,24 @@ PlaceHolder = Tensor
 
 
 def from_numpy(np_array: Any, dev: _device.Device | None = None) -> Tensor:
-    """A tensor holding a copy of ``np_array`` (on ``dev``, the default device if omitted).
-    A CuPy array is accepted too: copied on its GPU, or moved to ``dev``."""
+    """A tensor holding a copy of ``np_array`` (on ``dev``, the default device if omitted), as
+    SINGA makes it: ``requires_grad=True``, so ops on it are recorded while
+    ``autograd.training`` is on, and float64 becomes float32 and int64 int32 (SINGA's C++
+    tensors hold neither). Other dtypes are kept. To keep float64 or int64, or to make a
+    tensor that ops never record, write ``Tensor(data=arr, requires_grad=False)`` or pass a
+    ``dtype``. A CuPy array is accepted too: copied on its GPU, or moved to ``dev``.
+
+    >>> import numpy as np
+    >>> t = from_numpy(np.zeros(3))
+    >>> t.dtype, t.requires_grad
+    (dtype('float32'), True)
+    """
     arr = _host_or_device_array(np_array)
-    return Tensor(device=dev, data=arr, requires_grad=False)  # the constructor copies
+    dtype = _SINGA_NARROWED.get(np.dtype(arr.dtype))
+    return Tensor(device=dev, data=arr, dtype=dtype)  # the constructor copies
+
+
+_SINGA_NARROWED = {np.dtype(np.float64): np.dtype(np.float32), np.dtype(np.int64): np.dtype(np.int32)}
 
 
 def to_numpy(t: Tensor) -> np.ndarray:
@@ -556,6 +614,7 @@ def _unary(opname: str) -> Any:
 
 
 exp = _unary("exp")
+ceil = _unary("ceil")
 log = _unary("log")
 sqrt = _unary("sqrt")
 abs = _unary("abs")  # noqa: A001
@@ -595,3 +654,98 @@ def softmax(t: Tensor, axis: int = -1) -> Tensor:
     from singa_lite.ops.activation import softmax as _softmax
 
     return _softmax(t, axis)
+
+
+def lt(t: Tensor, x: Any) -> Tensor:
+    """``t < x`` elementwise (SINGA's function form of the operator)."""
+    return t < x
+
+
+def le(t: Tensor, x: Any) -> Tensor:
+    """``t <= x`` elementwise."""
+    return t <= x
+
+
+def gt(t: Tensor, x: Any) -> Tensor:
+    """``t > x`` elementwise."""
+    return t > x
+
+
+def ge(t: Tensor, x: Any) -> Tensor:
+    """``t >= x`` elementwise."""
+    return t >= x
+
+
+def eq(t: Tensor, x: Any) -> Tensor:
+    """``t == x`` elementwise."""
+    return t == x
+
+
+def average(t: Tensor, axis: int | None = None) -> Any:
+    """The mean of ``t``: a Python float over all elements when ``axis`` is None (as SINGA
+    returns it), else a tensor averaged along ``axis`` (recorded).
+
+    >>> average(from_numpy(np.array([[1.0, 2.0], [3.0, 6.0]])))
+    3.0
+    """
+    from singa_lite.ops.reduce import reduce_mean
+
+    if axis is None:
+        return float(_backend.to_host(t.data).mean())
+    return reduce_mean(t, axis)
+
+
+def repeat(t: Tensor, repeats: Any, axis: int | None = None) -> Tensor:
+    """Each element of ``t`` repeated ``repeats`` times along ``axis`` (NumPy's ``repeat``;
+    ``repeats`` an int or one count per element of that axis); with ``axis=None`` the result
+    is flat. Recorded, so gradients flow back to ``t``.
+
+    >>> to_numpy(repeat(from_numpy(np.array([1.0, 2.0])), 2)).tolist()
+    [1.0, 1.0, 2.0, 2.0]
+    """
+    from singa_lite.ops.indexing import gather
+
+    if axis is None:
+        t, axis = t.reshape((-1,)), 0
+    n = t.shape[axis]
+    counts = np.asarray(repeats)
+    if counts.dtype.kind not in "iu" or (counts.ndim and counts.shape != (n,)) or (counts < 0).any():
+        raise ArgumentError(
+            f"repeat: repeats must be a non-negative int or {n} of them for axis {axis}, got {repeats!r}"
+        )
+    return gather(t, axis, np.repeat(np.arange(n), counts))
+
+
+def product(shape: Any) -> int:
+    """The product of the numbers in ``shape`` (the size of a tensor of that shape)."""
+    out = 1
+    for d in shape:
+        out *= int(d)
+    return out
+
+
+def copy_data_to_from(dst: Tensor, src: Tensor, size: int, dst_offset: int = 0, src_offset: int = 0) -> None:
+    """Copy ``size`` elements of ``src`` (flat, from ``src_offset``) into ``dst`` (flat, from
+    ``dst_offset``), across devices if needed; not recorded."""
+    if (
+        min(size, dst_offset, src_offset) < 0
+        or src_offset + size > src.size()
+        or dst_offset + size > dst.size()
+    ):
+        raise ShapeError(
+            f"copy_data_to_from: {size} elements from offset {src_offset} of a tensor of {src.size()} "
+            f"into offset {dst_offset} of one of {dst.size()} do not fit"
+        )
+    part = src.data.reshape(-1)[src_offset : src_offset + size]
+    dst.copy_from_numpy(_to_device_array(part, dst.device).astype(dst.dtype, copy=False), dst_offset)
+
+
+def from_raw_tensor(data: Any) -> Tensor:
+    """A tensor wrapping a backend array (what ``Tensor.data`` and ``Operator.backward`` hold
+    here, where SINGA has its C++ tensor), sharing its memory; ``requires_grad`` as SINGA's."""
+    if isinstance(data, Tensor):
+        return data.copy()
+    if not (hasattr(data, "shape") and hasattr(data, "dtype")):
+        raise ArgumentError(f"from_raw_tensor: expects a NumPy or CuPy array, got {type(data).__name__}")
+    as_dtype(data.dtype)
+    return Tensor._wrap(data, _device.device_of_array(data), True, None, 0)

@@ -31,4 +31,4 @@ def rand(*shape: int, seed: int = 0) -> np.ndarray:
 
 
 def t_(x: np.ndarray, dev) -> tensor.Tensor:
-    return tensor.from_numpy(np.asarray(x), dev)
+    return tensor.Tensor(data=np.asarray(x), device=dev, requires_grad=False)

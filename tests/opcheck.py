@@ -22,9 +22,8 @@ from singa_lite.autograd import Operator
 def to_tensors(arrays: Sequence[np.ndarray], dev: Any, stores_grad: bool = True) -> list[tensor.Tensor]:
     ts = []
     for a in arrays:
-        t = tensor.from_numpy(np.asarray(a), dev)
-        t.requires_grad = True
-        t.stores_grad = stores_grad
+        # Tensor(data=...) keeps float64 and int64 (from_numpy narrows them, as SINGA does).
+        t = tensor.Tensor(device=dev, data=np.asarray(a), requires_grad=True, stores_grad=stores_grad)
         ts.append(t)
     return ts
 

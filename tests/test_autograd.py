@@ -13,7 +13,7 @@ from singa_lite.autograd import Operator
 
 
 def param(arr, name=None):
-    t = tensor.from_numpy(np.asarray(arr, np.float64))
+    t = tensor.Tensor(data=np.asarray(arr, np.float64), requires_grad=False)
     t.requires_grad = t.stores_grad = True
     t.name = name
     return t
@@ -61,7 +61,7 @@ def test_deep_residual_chain_matches_closed_form():
 def test_each_param_yielded_once_with_its_total():
     autograd.training = True
     w = param([2.0], "w")
-    x = tensor.from_numpy(np.array([3.0]))
+    x = tensor.Tensor(data=np.array([3.0]), requires_grad=False)
     y = (w * x) * (w + x)
     pairs = list(autograd.backward(y))
     assert [p.name for p, _ in pairs] == ["w"]
@@ -81,14 +81,14 @@ def test_explicit_dy():
     autograd.training = True
     x = param([1.0, 2.0])
     y = x * 2
-    g = autograd.gradients(y, tensor.from_numpy(np.array([10.0, 100.0])))
+    g = autograd.gradients(y, tensor.Tensor(data=np.array([10.0, 100.0]), requires_grad=False))
     np.testing.assert_array_equal(tensor.to_numpy(g[x]), [20, 200])
 
 
 def test_inputs_without_requires_grad_get_nothing():
     autograd.training = True
     x = param([1.0])
-    c = tensor.from_numpy(np.array([5.0]))
+    c = tensor.Tensor(data=np.array([5.0]), requires_grad=False)
     c.stores_grad = True  # stores_grad without requires_grad: no gradient flows
     c.requires_grad = False
     g = autograd.gradients(x * c)
@@ -110,13 +110,46 @@ def test_backward_without_graph_explains_how_to_fix():
         list(autograd.backward(x * 2))
 
 
-def test_graph_is_released_after_backward():
+def test_graph_is_released_once_the_next_op_is_recorded():
     autograd.training = True
     x = param([1.0, 2.0])
     h = x * 2
     y = h + 1
     list(autograd.backward(y))
+    assert h.creator.inputs != ()  # kept for another backward, as SINGA allows
+    x * 3  # the next step has begun
     assert h.creator.inputs == () and y.creator.inputs == ()
+
+
+def test_graph_is_released_when_another_graph_is_walked():
+    autograd.training = True
+    x = param([1.0, 2.0])
+    y1 = autograd.reduce_sum(x * 2)
+    y2 = autograd.reduce_sum(x * 3)
+    list(autograd.backward(y1))
+    list(autograd.backward(y2))
+    assert y1.creator.inputs == () and y2.creator.inputs != ()
+
+
+def test_graph_is_released_as_walked_with_retain_graph_false():
+    autograd.training = True
+    x = param([1.0, 2.0])
+    y = autograd.reduce_sum(x * 2)
+    list(autograd.backward(y, retain_graph=False))
+    assert y.creator.inputs == ()
+
+
+def test_ops_recorded_during_a_walk_do_not_free_it():
+    """An optimizer written SINGA's way does tensor arithmetic on params inside the loop over
+    backward's pairs: that records ops, which must not free the graph being walked."""
+    autograd.training = True
+    a, b = param([1.0, 2.0], "a"), param([3.0], "b")
+    loss = autograd.reduce_sum(autograd.relu(a * b))
+    seen = []
+    for p, g in autograd.backward(loss):
+        p.copy_from(p - g * 0.1)  # records ops while the walk goes on
+        seen.append(p.name)
+    assert sorted(seen) == ["a", "b"]
 
 
 def test_functional_api_is_reachable_from_autograd():
@@ -132,8 +165,8 @@ def test_memory_stays_flat_over_1000_steps():
     rng = np.random.default_rng(0)
     w1 = param(rng.standard_normal((16, 32)) * 0.1, "w1")
     w2 = param(rng.standard_normal((32, 4)) * 0.1, "w2")
-    x = tensor.from_numpy(rng.standard_normal((8, 16)))
-    labels = tensor.from_numpy(rng.integers(0, 4, 8).astype(np.int32))
+    x = tensor.Tensor(data=rng.standard_normal((8, 16)), requires_grad=False)
+    labels = tensor.Tensor(data=rng.integers(0, 4, 8).astype(np.int32), requires_grad=False)
     autograd.training = True
 
     def step():
@@ -157,6 +190,16 @@ def test_memory_stays_flat_over_1000_steps():
     assert grown < 64 * 1024, f"memory grew by {grown} bytes over 1000 steps"
 
 
+def test_backward_runs_twice_over_one_graph_as_in_singa():
+    autograd.training = True
+    x = param([1.0, 2.0])
+    loss = autograd.reduce_sum(x * x)
+    g1 = autograd.gradients(loss)
+    g2 = autograd.gradients(loss)
+    np.testing.assert_array_equal(tensor.to_numpy(g1[x]), [2.0, 4.0])
+    np.testing.assert_array_equal(tensor.to_numpy(g2[x]), [2.0, 4.0])
+
+
 def test_second_backward_through_a_freed_graph_says_so():
     from singa_lite import AutogradError
 
@@ -164,6 +207,7 @@ def test_second_backward_through_a_freed_graph_says_so():
     x = param([1.0, 2.0])
     loss = autograd.reduce_sum(x * x)
     autograd.gradients(loss)
+    x + 1  # a new op: the walked graph is released
     with pytest.raises(AutogradError, match="retain_graph=True"):
         autograd.gradients(loss)
     loss2 = autograd.reduce_sum(x * x)
@@ -205,7 +249,7 @@ def test_backward_walks_only_paths_to_params():
 def test_retained_graph_follows_a_param_frozen_between_backwards():
     autograd.training = True
     w, b = param([[1.0, 2.0], [3.0, 4.0]], "w"), param([1.0, 1.0], "b")
-    x = tensor.from_numpy(np.ones((1, 2)))
+    x = tensor.Tensor(data=np.ones((1, 2)), requires_grad=False)
     y = autograd.reduce_sum(autograd.add(autograd.matmul(x, w), b))
     assert set(dict(autograd.backward(y, retain_graph=True))) == {w, b}
     b.requires_grad = b.stores_grad = False

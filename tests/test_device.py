@@ -54,8 +54,8 @@ def test_rng_state_round_trip(dev):
 def test_mixing_devices_names_the_op(dev):
     if dev.id() < 0:
         pytest.skip("needs a GPU to mix devices")
-    a = tensor.from_numpy(np.ones(2, np.float32))
-    b = tensor.from_numpy(np.ones(2, np.float32), dev)
+    a = tensor.Tensor(data=np.ones(2, np.float32), requires_grad=False)
+    b = tensor.Tensor(data=np.ones(2, np.float32), device=dev, requires_grad=False)
     with pytest.raises(DeviceError, match=r"Add.*different devices"):
         a + b
 
@@ -63,7 +63,7 @@ def test_mixing_devices_names_the_op(dev):
 def test_mixing_devices_is_caught_on_any_machine():
     """The device check runs before any array math: a second host-backed Device stands in for a GPU."""
     other = device.Device(7, "numpy")
-    a = tensor.from_numpy(np.ones((2, 3), np.float32))
-    b = tensor.from_numpy(np.ones((2, 3), np.float32), other)
+    a = tensor.Tensor(data=np.ones((2, 3), np.float32), requires_grad=False)
+    b = tensor.Tensor(data=np.ones((2, 3), np.float32), device=other, requires_grad=False)
     with pytest.raises(DeviceError, match=r"Mul: inputs are on different devices.*\(2, 3\) on Device\(cpu\)"):
         a * b

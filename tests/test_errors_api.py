@@ -21,7 +21,7 @@ from singa_lite.errors import (
 
 
 def _t(*shape: int) -> tensor.Tensor:
-    return tensor.from_numpy(np.ones(shape, np.float32))
+    return tensor.Tensor(data=np.ones(shape, np.float32), requires_grad=False)
 
 
 def test_argument_error_is_caught_by_every_handler_that_caught_the_builtins():
@@ -141,7 +141,7 @@ def test_set_states_with_unknown_names_lists_them_and_the_expected_ones():
 
 
 def test_embedding_initializer_is_honoured():
-    idx = tensor.from_numpy(np.arange(10, dtype=np.int32))
+    idx = tensor.Tensor(data=np.arange(10, dtype=np.int32), requires_grad=False)
     emb = layer.Embedding(1000, 16, initializer="uniform")
     emb(idx)
     w = tensor.to_numpy(emb.W)
@@ -175,7 +175,7 @@ def test_embedding_rejects_an_unknown_initializer_when_built():
 
 # -- optimizers -----------------------------------------------------------------------------
 def _param() -> tensor.Tensor:
-    p = tensor.from_numpy(np.ones(3, np.float32))
+    p = tensor.Tensor(data=np.ones(3, np.float32), requires_grad=False)
     p.name = "w"
     return p
 
@@ -252,7 +252,7 @@ class _Net(model.Model):
 
 
 def _batch() -> tuple[tensor.Tensor, tensor.Tensor]:
-    return _t(4, 3), tensor.from_numpy(np.array([0, 1, 0, 1], np.int32))
+    return _t(4, 3), tensor.Tensor(data=np.array([0, 1, 0, 1], np.int32), requires_grad=False)
 
 
 @pytest.mark.parametrize("use_graph", [False, True])
@@ -331,4 +331,4 @@ def test_tensor_argument_errors_are_typed():
     with pytest.raises(ArgumentError, match="copy_from: expects a Tensor or an array, got list"):
         _t(2).copy_from([1.0, 2.0])
     with pytest.raises(ArgumentError, match="0-d"):
-        len(tensor.from_numpy(np.float32(1.0)))
+        len(tensor.Tensor(data=np.float32(1.0), requires_grad=False))

@@ -32,8 +32,8 @@ def test_training_step_reads_nothing_on_the_host(dev, name, use_graph):
     rng = np.random.default_rng(0)
     m = T.Classifier(T.SINGA_NETS[name]())
     m.set_optimizer(opt.SGD(lr=0.01, momentum=0.9))
-    tx = tensor.from_numpy(rng.standard_normal(shape).astype(np.float32), dev)
-    ty = tensor.from_numpy(rng.integers(0, 10, batch).astype(np.int32), dev)
+    tx = tensor.Tensor(data=rng.standard_normal(shape).astype(np.float32), device=dev, requires_grad=False)
+    ty = tensor.Tensor(data=rng.integers(0, 10, batch).astype(np.int32), device=dev, requires_grad=False)
     m.compile([tx], is_train=True, use_graph=use_graph)
     m(tx, ty)  # the first step records (graph mode) and makes optimizer slots
     with backend.count_host_reads() as reads:

@@ -113,10 +113,10 @@ def test_graph_mode_with_fresh_input_tensors_and_shape_change():
     m.set_optimizer(opt.SGD(lr=0.05))
     m.compile([tensor.Tensor((6, 2, 6, 6))], is_train=True, use_graph=True)
     for xb, yb in _data(3):
-        _, _loss = m(tensor.from_numpy(xb), tensor.from_numpy(yb))
+        _, _loss = m(tensor.Tensor(data=xb, requires_grad=False), tensor.Tensor(data=yb, requires_grad=False))
     xb, yb = _data(1, n=4)[0]
     with pytest.warns(UserWarning, match="eagerly"):
-        out, _ = m(tensor.from_numpy(xb), tensor.from_numpy(yb))
+        out, _ = m(tensor.Tensor(data=xb, requires_grad=False), tensor.Tensor(data=yb, requires_grad=False))
     assert out.shape == (4, 3)
 
 
@@ -134,13 +134,13 @@ def test_call_dispatch_train_and_eval():
     m.set_optimizer(opt.SGD(lr=0.1))
     m.compile([tensor.Tensor((2, 2, 6, 6))], is_train=True)
     xb, yb = _data(1, n=2)[0]
-    _out, loss = m(tensor.from_numpy(xb), tensor.from_numpy(yb))
+    _out, loss = m(tensor.Tensor(data=xb, requires_grad=False), tensor.Tensor(data=yb, requires_grad=False))
     assert loss.shape == (1,)
     m.eval()
     assert autograd.training is False
-    y = m(tensor.from_numpy(xb))
+    y = m(tensor.Tensor(data=xb, requires_grad=False))
     assert y.shape == (2, 3) and y.creator is None
-    y2 = m(tensor.from_numpy(xb))
+    y2 = m(tensor.Tensor(data=xb, requires_grad=False))
     np.testing.assert_array_equal(tensor.to_numpy(y), tensor.to_numpy(y2))  # dropout off
 
 
@@ -187,15 +187,15 @@ def _bag_losses(use_graph):
     rng = np.random.default_rng(0)
     m = Bag()
     m.set_optimizer(opt.SGD(lr=0.5))
-    first = tensor.from_numpy(rng.integers(0, 10, (4, 5)).astype(np.int32))
+    first = tensor.Tensor(data=rng.integers(0, 10, (4, 5)).astype(np.int32), requires_grad=False)
     m.compile([first], is_train=True, use_graph=use_graph)
     init = np.random.default_rng(1)
     for p in m.get_params().values():
         p.copy_from_numpy(init.standard_normal(p.shape).astype(np.float32))
     losses, inputs = [], []
     for _ in range(4):  # a fresh tensor every step, as SINGA loops often do
-        idx = tensor.from_numpy(rng.integers(0, 10, (4, 5)).astype(np.int32))
-        y = tensor.from_numpy(rng.integers(0, 3, 4).astype(np.int32))
+        idx = tensor.Tensor(data=rng.integers(0, 10, (4, 5)).astype(np.int32), requires_grad=False)
+        y = tensor.Tensor(data=rng.integers(0, 3, 4).astype(np.int32), requires_grad=False)
         inputs.append((idx, tensor.to_numpy(idx)))
         losses.append(tensor.to_numpy(m(idx, y)[1])[0])
     return np.array(losses), inputs
@@ -214,11 +214,11 @@ def test_set_optimizer_after_recording_uses_the_new_optimizer():
     m.set_optimizer(opt.SGD(lr=0.05))
     m.compile([tensor.Tensor((6, 2, 6, 6))], is_train=True, use_graph=True)
     (xb, yb), (xb2, yb2) = _data(2)
-    m(tensor.from_numpy(xb), tensor.from_numpy(yb))
+    m(tensor.Tensor(data=xb, requires_grad=False), tensor.Tensor(data=yb, requires_grad=False))
     adam = opt.Adam(lr=0.01)
     m.set_optimizer(adam)
-    m(tensor.from_numpy(xb2), tensor.from_numpy(yb2))
-    m(tensor.from_numpy(xb2), tensor.from_numpy(yb2))
+    m(tensor.Tensor(data=xb2, requires_grad=False), tensor.Tensor(data=yb2, requires_grad=False))
+    m(tensor.Tensor(data=xb2, requires_grad=False), tensor.Tensor(data=yb2, requires_grad=False))
     assert adam.step_counter == 2
 
 
@@ -244,7 +244,7 @@ def test_layers_built_before_attaching_get_their_full_names():
     assert m.a.W.name == "a.W" and m.b.W.name == "b.W"  # no compile needed
     sgd = opt.SGD(lr=0.1, momentum=0.9)
     autograd.training = True
-    x = tensor.from_numpy(np.ones((2, 3), np.float32))
+    x = tensor.Tensor(data=np.ones((2, 3), np.float32), requires_grad=False)
     sgd(autograd.reduce_sum(m.forward(x)))
     assert sorted(sgd.get_states()["moments"]) == ["a.W", "b.W"]
 
@@ -255,7 +255,7 @@ def test_freezing_and_unfreezing_a_param_between_steps(use_graph):
     m = CNN()
     m.set_optimizer(opt.SGD(lr=0.1))
     ((xb, yb),) = _data(1)
-    tx, ty = tensor.from_numpy(xb), tensor.from_numpy(yb)
+    tx, ty = tensor.Tensor(data=xb, requires_grad=False), tensor.Tensor(data=yb, requires_grad=False)
     m.compile([tx], is_train=True, use_graph=use_graph)
     m(tx, ty)
     W = m.conv.W

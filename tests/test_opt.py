@@ -13,7 +13,7 @@ from singa_lite.errors import DTypeError, ShapeError
 
 
 def param(arr, dev=None, name="w"):
-    p = tensor.from_numpy(np.asarray(arr), dev)
+    p = tensor.Tensor(data=np.asarray(arr), device=dev, requires_grad=False)
     p.stores_grad = True
     p.requires_grad = True
     p.name = name
@@ -28,7 +28,7 @@ def grads_for(shape, n, seed=0):
 def run(o, p, grads, name="w"):
     """Feed ``grads`` one per step through ``apply`` + ``step``; the final param as float64."""
     for g in grads:
-        o.apply(name, p, tensor.from_numpy(g.astype(p.dtype), p.device))
+        o.apply(name, p, tensor.Tensor(data=g.astype(p.dtype), device=p.device, requires_grad=False))
         o.step()
     return tensor.to_numpy(p).astype(np.float64)
 
@@ -163,7 +163,7 @@ def test_update_is_in_place_and_leaves_grad_alone(dev, case):
     o = FORMULA_CASES[case][0]()
     p = param(P0.astype(np.float32), dev)
     arr = p.data
-    g = tensor.from_numpy(np.full(P0.shape, 0.5, np.float32), dev)
+    g = tensor.Tensor(data=np.full(P0.shape, 0.5, np.float32), device=dev, requires_grad=False)
     g_before = tensor.to_numpy(g)
     o.apply("w", p, g)
     o.step()
@@ -224,7 +224,7 @@ def test_fused_update_is_the_op_sequence_bit_for_bit(dev, case, dtype, monkeypat
         p = param((P0 * 3).astype(dtype), dev)
         with np.errstate(all="ignore"):  # float16 Adam: epsilon 1e-8 is 0 there
             for g in grads_for(P0.shape, 6, seed=7):
-                o.apply("w", p, tensor.from_numpy(g.astype(dtype), dev))
+                o.apply("w", p, tensor.Tensor(data=g.astype(dtype), device=dev, requires_grad=False))
                 o.step()
         slots = [tensor.to_numpy(getattr(o, s)["w"]) for s in o.slot_names if "w" in getattr(o, s)]
         results.append([tensor.to_numpy(p), *slots])
@@ -248,31 +248,43 @@ def test_update_runs_as_one_recorded_step(monkeypatch):
 def test_update_alias_uses_param_name():
     p = param(np.ones(2, np.float32), name="layer.W")
     o = opt.SGD(0.5, momentum=0.5)
-    o.update(p, tensor.from_numpy(np.ones(2, np.float32)))
+    o.update(p, tensor.Tensor(data=np.ones(2, np.float32), requires_grad=False))
     assert list(o.moments) == ["layer.W"]
     np.testing.assert_array_equal(tensor.to_numpy(p), [0.5, 0.5])
 
 
 # -- schedules ---------------------------------------------------------------------------------
 def test_schedule_values():
-    assert [opt.Constant(0.3)(s) for s in (0, 7)] == [0.3, 0.3]
+    assert [opt.Constant(0.3).value(s) for s in (0, 7)] == [0.3, 0.3]
     e = opt.ExponentialDecay(0.1, decay_steps=10, decay_rate=0.5)
-    assert e(0) == 0.1
-    assert e(5) == pytest.approx(0.1 * 0.5**0.5, rel=1e-15)
-    assert e(20) == pytest.approx(0.025, rel=1e-15)
+    assert e.value(0) == 0.1
+    assert e.value(5) == pytest.approx(0.1 * 0.5**0.5, rel=1e-15)
+    assert e.value(20) == pytest.approx(0.025, rel=1e-15)
     s = opt.ExponentialDecay(0.1, decay_steps=10, decay_rate=0.5, staircase=True)
-    assert [s(i) for i in (0, 9, 10, 25)] == pytest.approx([0.1, 0.1, 0.05, 0.025], rel=1e-15)
+    assert [s.value(i) for i in (0, 9, 10, 25)] == pytest.approx([0.1, 0.1, 0.05, 0.025], rel=1e-15)
     st = opt.StepDecay(1.0, step_size=3, gamma=0.1)
-    assert [st(i) for i in (0, 2, 3, 6)] == pytest.approx([1.0, 1.0, 0.1, 0.01], rel=1e-15)
+    assert [st.value(i) for i in (0, 2, 3, 6)] == pytest.approx([1.0, 1.0, 0.1, 0.01], rel=1e-15)
     c = opt.CosineDecay(1.0, decay_steps=4, alpha=0.2)
-    assert [c(i) for i in (0, 2, 4, 9)] == pytest.approx([1.0, 0.6, 0.2, 0.2], rel=1e-15)
+    assert [c.value(i) for i in (0, 2, 4, 9)] == pytest.approx([1.0, 0.6, 0.2, 0.2], rel=1e-15)
     w = opt.CosineDecay(1.0, decay_steps=4, warmup_steps=2)
-    assert [w(i) for i in (0, 1, 2, 4, 6, 10)] == pytest.approx([0.0, 0.5, 1.0, 0.5, 0.0, 0.0], abs=1e-15)
+    assert [w.value(i) for i in (0, 1, 2, 4, 6, 10)] == pytest.approx(
+        [0.0, 0.5, 1.0, 0.5, 0.0, 0.0], abs=1e-15
+    )
 
 
 def test_schedule_accepts_tensor_step_as_singa_does():
-    step = tensor.from_numpy(np.array([20.0], np.float32))
-    assert opt.ExponentialDecay(0.1, 10, 0.5)(step) == pytest.approx(0.025)
+    step = tensor.Tensor(data=np.array([20.0], np.float32), requires_grad=False)
+    assert opt.ExponentialDecay(0.1, 10, 0.5).value(step) == pytest.approx(0.025)
+
+
+def test_schedule_call_returns_a_tensor_as_singa_does():
+    step = tensor.Tensor((1,))
+    step.set_value(20)
+    lr = opt.ExponentialDecay(0.1, 10, 0.5)(step)
+    assert isinstance(lr, tensor.Tensor) and lr.shape == (1,) and lr.dtype == tensor.float32
+    np.testing.assert_allclose(tensor.to_numpy(lr), [0.025], rtol=1e-6)
+    assert lr.device == step.device
+    assert float(opt.Constant(0.3)(7)) == pytest.approx(0.3)
 
 
 @pytest.mark.parametrize(
@@ -290,10 +302,10 @@ def test_schedule_states_round_trip(sched):
     assert states["type"] == type(sched).__name__
     fresh = opt.DecayScheduler.from_states(states)
     assert type(fresh) is type(sched)
-    assert [fresh(i) for i in range(0, 120, 7)] == [sched(i) for i in range(0, 120, 7)]
+    assert [fresh.value(i) for i in range(0, 120, 7)] == [sched.value(i) for i in range(0, 120, 7)]
     same_kind = type(sched)(**{**{k: v for k, v in states.items() if k != "type"}, "init_value": 9.0})
     same_kind.set_states(states)
-    assert same_kind(13) == sched(13)
+    assert same_kind.value(13) == sched.value(13)
 
 
 def test_optimizer_follows_schedule():
@@ -302,7 +314,7 @@ def test_optimizer_follows_schedule():
     values = []
     for _ in range(5):
         values.append(o.lr_value)
-        o.apply("w", p, tensor.from_numpy(np.ones(1)))
+        o.apply("w", p, tensor.Tensor(data=np.ones(1), requires_grad=False))
         o.step()
     assert values == [1.0, 1.0, 0.5, 0.5, 0.25]
     assert tensor.to_numpy(p)[0] == -sum(values)
@@ -353,7 +365,7 @@ def _two_params(dev):
 def _steps(o, params, grads):
     for gs in grads:
         for name, p in params.items():
-            o.apply(name, p, tensor.from_numpy(gs[name], p.device))
+            o.apply(name, p, tensor.Tensor(data=gs[name], device=p.device, requires_grad=False))
         o.step()
 
 
@@ -388,10 +400,10 @@ def test_states_round_trip_is_bitwise(dev, case):
 
 def test_get_states_is_a_snapshot():
     o, p = opt.Adam(0.1), param(np.ones(3, np.float32))
-    o.apply("w", p, tensor.from_numpy(np.ones(3, np.float32)))
+    o.apply("w", p, tensor.Tensor(data=np.ones(3, np.float32), requires_grad=False))
     states = o.get_states()
     m = tensor.to_numpy(states["m"]["w"])
-    o.apply("w", p, tensor.from_numpy(np.full(3, 5.0, np.float32)))
+    o.apply("w", p, tensor.Tensor(data=np.full(3, 5.0, np.float32), requires_grad=False))
     np.testing.assert_array_equal(tensor.to_numpy(states["m"]["w"]), m)
     states["m"]["w"].set_value(7.0)
     o.set_states(states)
@@ -405,7 +417,7 @@ def test_loaded_numpy_slots_move_to_param_device_and_dtype(dev):
     o.set_states({"step_counter": np.float32(4), "moments": {"w": np.full(3, 2.0)}})
     assert o.step_counter == 4
     p = param(np.zeros(3, np.float32), dev)
-    o.apply("w", p, tensor.from_numpy(np.ones(3, np.float32), dev))
+    o.apply("w", p, tensor.Tensor(data=np.ones(3, np.float32), device=dev, requires_grad=False))
     buf = o.moments["w"]
     assert buf.dtype == np.float32 and type(buf) is type(p.data)
     np.testing.assert_allclose(tensor.to_numpy(p), -0.1 * (0.5 * 2.0 + 1.0) * np.ones(3))
@@ -426,20 +438,24 @@ def test_state_errors():
     assert o.momentum == 0.9 and o.step_counter == 0  # a failed load changes nothing
     o.set_states({"step_counter": 2, "moments": {"w": np.zeros((2, 2), np.float32)}})
     with pytest.raises(StateMismatchError, match=r"moments\['w'\] has shape \(2, 2\)"):
-        o.apply("w", param(np.zeros(3, np.float32)), tensor.from_numpy(np.ones(3, np.float32)))
+        o.apply(
+            "w",
+            param(np.zeros(3, np.float32)),
+            tensor.Tensor(data=np.ones(3, np.float32), requires_grad=False),
+        )
 
 
 # -- argument and parameter errors -------------------------------------------------------------
 def test_unnamed_param_gets_a_name_and_keeps_its_slots():
-    """As in SINGA: a bare tensor trained by opt(loss) gets a unique name, so its momentum
-    persists across steps; apply() with no name at all is still an error."""
+    """As in SINGA: a bare tensor trained by opt(loss) has a unique Dummy#N name, so its
+    momentum persists across steps; apply() with no name at all is still an error."""
     p = param(np.ones(2, np.float32), name=None)
     with pytest.raises(SingaLiteError, match=r"param_name is None"):
-        opt.Adam().apply(None, p, tensor.from_numpy(np.ones(2, np.float32)))
+        opt.Adam().apply(None, p, tensor.Tensor(data=np.ones(2, np.float32), requires_grad=False))
     autograd.training = True
     sgd = opt.SGD(0.1, momentum=0.5)
     sgd(p * p)  # grad 2p = 2: buf = 2, p = 1 - 0.2
-    assert p.name.startswith("param:") and set(sgd.moments) == {p.name}
+    assert p.name.startswith("Dummy#") and set(sgd.moments) == {p.name}
     sgd(p * p)  # grad 1.6: buf = 0.5 * 2 + 1.6 = 2.6, p = 0.8 - 0.26
     np.testing.assert_allclose(tensor.to_numpy(p), [0.54, 0.54], rtol=1e-6)
 
@@ -468,7 +484,7 @@ def test_bad_arguments():
 def test_bad_params():
     p = param(np.ones(3, np.float32))
     with pytest.raises(ShapeError, match=r"gradient shape \(2,\)"):
-        opt.SGD(0.1).apply("w", p, tensor.from_numpy(np.ones(2, np.float32)))
+        opt.SGD(0.1).apply("w", p, tensor.Tensor(data=np.ones(2, np.float32), requires_grad=False))
     q = param(np.ones(3, np.int32))
     with pytest.raises(DTypeError, match="int32"):
-        opt.Adam().apply("q", q, tensor.from_numpy(np.ones(3, np.int32)))
+        opt.Adam().apply("q", q, tensor.Tensor(data=np.ones(3, np.int32), requires_grad=False))

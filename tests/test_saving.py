@@ -54,7 +54,7 @@ def _trained(optimizer) -> Net:
     net.compile([tensor.Tensor((4, 2, 6, 6))], is_train=True)
     for _ in range(2):
         x, y = _batch()
-        net(tensor.from_numpy(x), tensor.from_numpy(y))
+        net(tensor.Tensor(data=x, requires_grad=False), tensor.Tensor(data=y, requires_grad=False))
     net.eval()
     return net
 
@@ -69,14 +69,15 @@ CHILD = textwrap.dedent(
     path, data, out = sys.argv[1:4]
     d = np.load(data)
     m = saving.load(path)
-    pred = np.asarray(m.forward(tensor.from_numpy(d["x"]))[0])
+    pred = np.asarray(m.forward(tensor.Tensor(data=d["x"], requires_grad=False))[0])
     m.train()
     losses = []
     for i in range(2):
-        _, loss = m(tensor.from_numpy(d["xb%d" % i]), tensor.from_numpy(d["yb%d" % i]))
+        xb, yb = d["xb%d" % i], d["yb%d" % i]
+        _, loss = m(tensor.Tensor(data=xb, requires_grad=False), tensor.Tensor(data=yb, requires_grad=False))
         losses.append(float(tensor.to_numpy(loss)[0]))
     m.eval()
-    np.savez(out, pred=pred, after=np.asarray(m.forward(tensor.from_numpy(d["x"]))[0]))
+    np.savez(out, pred=pred, after=np.asarray(m.forward(tensor.Tensor(data=d["x"], requires_grad=False))[0]))
     print(json.dumps({"losses": losses, "optimizer": type(m.optimizer).__name__,
                       "step": m.optimizer.step_counter, "aux": m.aux_states,
                       "loaded_class_module": type(m).__module__,
@@ -107,10 +108,14 @@ def test_load_in_fresh_process_predicts_and_trains_like_the_original(tmp_path, m
     child = json.loads(proc.stdout.strip().splitlines()[-1])
 
     # The original model goes on from the same point (its RNG state is the one saved).
-    expected_pred = np.asarray(net.forward(tensor.from_numpy(x)))
+    expected_pred = np.asarray(net.forward(tensor.Tensor(data=x, requires_grad=False)))
     net.train()
     losses = [
-        float(tensor.to_numpy(net(tensor.from_numpy(a), tensor.from_numpy(b))[1])[0])
+        float(
+            tensor.to_numpy(
+                net(tensor.Tensor(data=a, requires_grad=False), tensor.Tensor(data=b, requires_grad=False))[1]
+            )[0]
+        )
         for a, b in ((xb0, yb0), (xb1, yb1))
     ]
     net.eval()
@@ -118,7 +123,10 @@ def test_load_in_fresh_process_predicts_and_trains_like_the_original(tmp_path, m
     np.testing.assert_allclose(got["pred"], expected_pred, rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(child["losses"], losses, rtol=0, atol=1e-6)
     np.testing.assert_allclose(
-        got["after"], np.asarray(net.forward(tensor.from_numpy(x))), rtol=1e-5, atol=1e-6
+        got["after"],
+        np.asarray(net.forward(tensor.Tensor(data=x, requires_grad=False))),
+        rtol=1e-5,
+        atol=1e-6,
     )
     assert child["optimizer"] == type(net.optimizer).__name__ and child["step"] == net.optimizer.step_counter
     assert child["aux"] == {"epoch": 7}
@@ -131,7 +139,7 @@ def test_loaded_model_learns(tmp_path):
     saving.save(path, net)
     m = saving.load(path)
     x, y = _batch()
-    tx, ty = tensor.from_numpy(x), tensor.from_numpy(y)
+    tx, ty = tensor.Tensor(data=x, requires_grad=False), tensor.Tensor(data=y, requires_grad=False)
     m.train()
     first = float(tensor.to_numpy(m(tx, ty)[1])[0])
     for _ in range(15):
@@ -196,15 +204,17 @@ def test_recurrent_model_round_trips(tmp_path):
     net.set_optimizer(opt.Adam(lr=0.01))
     x = R.standard_normal((5, 4, 3)).astype(np.float32)  # (T, N, I)
     y = R.integers(0, 3, 4).astype(np.int32)
-    net.compile([tensor.from_numpy(x)], is_train=True)
-    net(tensor.from_numpy(x), tensor.from_numpy(y))
+    net.compile([tensor.Tensor(data=x, requires_grad=False)], is_train=True)
+    net(tensor.Tensor(data=x, requires_grad=False), tensor.Tensor(data=y, requires_grad=False))
     net.eval()
-    want = tensor.to_numpy(net(tensor.from_numpy(x)))
+    want = tensor.to_numpy(net(tensor.Tensor(data=x, requires_grad=False)))
     path = tmp_path / "rnn.h5"
     saving.save(path, net)
     loaded = saving.load(path)
     assert sorted(loaded.get_params()) == sorted(net.get_params())
-    (got,) = loaded(tensor.from_numpy(x))  # SONNXModel returns its outputs as a list, as SINGA's does
+    (got,) = loaded(
+        tensor.Tensor(data=x, requires_grad=False)
+    )  # SONNXModel returns its outputs as a list, as SINGA's does
     np.testing.assert_allclose(tensor.to_numpy(got), want, rtol=1e-5, atol=1e-6)
 
 
@@ -225,13 +235,16 @@ def test_whole_model_saved_on_one_device_loads_on_the_other(tmp_path, src, dst):
     net.set_optimizer(opt.SGD(lr=0.05, momentum=0.9))
     net.compile([tensor.Tensor((4, 2, 6, 6), src_dev)], is_train=True)
     x, y = _batch()
-    net(tensor.from_numpy(x, src_dev), tensor.from_numpy(y, src_dev))
+    net(
+        tensor.Tensor(data=x, device=src_dev, requires_grad=False),
+        tensor.Tensor(data=y, device=src_dev, requires_grad=False),
+    )
     net.eval()
-    want = tensor.to_numpy(net.forward(tensor.from_numpy(x, src_dev)))
+    want = tensor.to_numpy(net.forward(tensor.Tensor(data=x, device=src_dev, requires_grad=False)))
     saving.save(tmp_path / "m.h5", net)
     loaded = saving.load(tmp_path / "m.h5", device=dst_dev)
     assert all(t.device == dst_dev for t in loaded.get_states().values())
     for k, t in net.get_states().items():
         np.testing.assert_array_equal(tensor.to_numpy(loaded.get_states()[k]), tensor.to_numpy(t), err_msg=k)
-    got = tensor.to_numpy(loaded.forward(tensor.from_numpy(x, dst_dev))[0])
+    got = tensor.to_numpy(loaded.forward(tensor.Tensor(data=x, device=dst_dev, requires_grad=False))[0])
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)

@@ -18,12 +18,18 @@ DTYPES = [np.float16, np.float32, np.float64, np.int32, np.int64, np.bool_]
 @given(data=st.data())
 def test_numpy_round_trip_every_dtype(dev, dtype, data):
     arr = data.draw(hnp.arrays(dtype, hnp.array_shapes(min_dims=0, max_dims=4, max_side=5)))
-    t = tensor.from_numpy(arr, dev)
+    t = tensor.Tensor(data=arr, device=dev)  # keeps the dtype it is given
     assert t.dtype == np.dtype(dtype)
     assert t.shape == arr.shape
     np.testing.assert_array_equal(tensor.to_numpy(t), arr)
     np.testing.assert_array_equal(np.asarray(t), arr)
     assert np.asarray(t, dtype=np.float64).dtype == np.float64
+    # from_numpy narrows float64/int64 to float32/int32, as SINGA does, and keeps the rest
+    narrowed = {np.dtype(np.float64): np.float32, np.dtype(np.int64): np.int32}.get(np.dtype(dtype), dtype)
+    with np.errstate(over="ignore"):  # float64 values beyond float32's range become inf
+        f = tensor.from_numpy(arr, dev)
+        assert f.dtype == np.dtype(narrowed) and f.requires_grad
+        np.testing.assert_array_equal(tensor.to_numpy(f), arr.astype(narrowed))
 
 
 def test_constructor_defaults(dev):
@@ -170,7 +176,7 @@ def test_module_constructors(dev):
     assert tensor.to_numpy(tensor.ones((2,), dev)).tolist() == [1, 1]
     r = tensor.to_numpy(tensor.random((50,), dev))
     assert r.min() >= 0 and r.max() < 1
-    t = tensor.from_numpy(np.ones((2, 3), np.float64), dev)
+    t = Tensor(data=np.ones((2, 3), np.float64), device=dev)
     assert tensor.zeros_like(t).dtype == np.float64
     assert tensor.ones_like(t).shape == (2, 3)
 

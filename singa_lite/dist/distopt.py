@@ -400,7 +400,7 @@ def _make_communicator(
 
 
 def _name_of(p: Tensor) -> str:
-    if p.name is None:
+    if p.is_dummy():  # a Dummy#N name depends on each process's creation order
         raise OptimizerError(
             f"DistOpt: a parameter of shape {p.shape} has no name; ranks match parameters by name, "
             "so set `param.name` (layers name their params automatically)"
@@ -422,7 +422,7 @@ def _named_tensors(obj: Any) -> list[tuple[str, Tensor]]:
         return [(str(k), v) for k, v in obj.items()]
     if isinstance(obj, Tensor):
         obj = [obj]
-    return [(t.name or f"#{i}", t) for i, t in enumerate(obj)]
+    return [(f"#{i}" if t.is_dummy() else t.name, t) for i, t in enumerate(obj)]
 
 
 def _module_of(arr: Any) -> Any:

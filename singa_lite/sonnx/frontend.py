@@ -287,14 +287,14 @@ def to_onnx(
     unrecorded = [
         f"output {i} {tuple(y.shape)}"
         for i, y in enumerate(outputs)
-        if y.creator is None and y.name is None and not any(y is x for x in inputs)
+        if y.creator is None and y.is_dummy() and not any(y is x for x in inputs)
     ]
     if unrecorded:
         raise OnnxError(
             f"to_onnx: {', '.join(unrecorded)} was computed by no recorded operator, so it would "
             "export as a constant: operators are recorded only with autograd.training = True "
-            "(model.train()) and when some input or param requires grad (tensor.from_numpy "
-            "gives requires_grad=False). Model.to_onnx() / sonnx.export_model(model) trace "
+            "(model.train()) and when some input or param requires grad (Tensor(..., "
+            "requires_grad=False) does not). Model.to_onnx() / sonnx.export_model(model) trace "
             "the forward themselves"
         )
     trace = _Trace.from_creators(outputs)
@@ -486,7 +486,7 @@ def _props(model: onnx.ModelProto) -> dict[str, str]:
 def _leaf(g: GraphBuilder, t: Tensor) -> str:
     """An initializer for a tensor no recorded op produced: named after it when it has a name."""
     arr = backend.to_host(t.data)
-    if not t.name:
+    if t.is_dummy():
         return g.const(arr)
     name = g.initializer(arr, t.name)
     g.roles[name] = "param" if t.stores_grad else "state"

@@ -166,9 +166,9 @@ def _toy_sparse(corr: bool, top_k: bool, spars: float, steps: int = 3) -> np.nda
     from singa_lite import autograd
 
     autograd.training = True
-    w = tensor.from_numpy(np.zeros(3, np.float32))
+    w = tensor.Tensor(data=np.zeros(3, np.float32), requires_grad=False)
     w.requires_grad, w.stores_grad, w.name = True, True, "w"
-    c = tensor.from_numpy(np.array([1.0, 0.5, 2.2], np.float32))
+    c = tensor.Tensor(data=np.array([1.0, 0.5, 2.2], np.float32), requires_grad=False)
     c.requires_grad = False
     d = opt.DistOpt(opt.SGD(lr=1.0))
     for _ in range(steps):
@@ -209,10 +209,10 @@ def test_distopt_delegates_states_and_checks_arguments() -> None:
 
 def test_all_reduce_helpers_and_broadcast_in_one_process() -> None:
     d = opt.DistOpt(opt.SGD(lr=0.1))
-    t = tensor.from_numpy(np.arange(4, dtype=np.float32))
+    t = tensor.Tensor(data=np.arange(4, dtype=np.float32), requires_grad=False)
     strided = np.arange(12, dtype=np.float32).reshape(3, 4)[:, 1]
     d.all_reduce(t)
-    d.fused_all_reduce([t, tensor.from_numpy(np.ones(2, np.float32))])
+    d.fused_all_reduce([t, tensor.Tensor(data=np.ones(2, np.float32), requires_grad=False)])
     d.fused_all_reduce_half([strided])  # a strided array goes through a packed buffer
     np.testing.assert_array_equal(tensor.to_numpy(t), np.arange(4))
     np.testing.assert_array_equal(strided, [1, 5, 9])

@@ -118,12 +118,14 @@ def test_relu_and_identity_on_integers(dev, dtype):
 @pytest.mark.parametrize("name", ["sigmoid", "tanh", "elu", "softmax", "gelu", "softplus", "hardsigmoid"])
 def test_float_only_activations_reject_integers(dev, name):
     with pytest.raises(DTypeError, match=r"(?i)" + name):
-        getattr(autograd, name)(tensor.from_numpy(np.arange(6, dtype=np.int32).reshape(2, 3), dev))
+        getattr(autograd, name)(
+            tensor.Tensor(data=np.arange(6, dtype=np.int32).reshape(2, 3), device=dev, requires_grad=False)
+        )
 
 
 def test_gelu_rejects_unknown_approximation():
     with pytest.raises(ValueError, match="approximate"):
-        autograd.gelu(tensor.from_numpy(np.zeros(2)), approximate="fast")
+        autograd.gelu(tensor.Tensor(data=np.zeros(2), requires_grad=False), approximate="fast")
 
 
 # -- prelu --------------------------------------------------------------------------------------
@@ -196,7 +198,9 @@ def test_softmax_default_axis_is_1_and_large_inputs_are_stable(dev):
 @pytest.mark.parametrize("name", ["softmax", "log_softmax"])
 def test_softmax_axis_out_of_range(dev, name):
     with pytest.raises(ShapeError, match="axis"):
-        getattr(autograd, name)(tensor.from_numpy(np.zeros(3), dev))  # SINGA's default axis=1
+        getattr(autograd, name)(
+            tensor.Tensor(data=np.zeros(3), device=dev, requires_grad=False)
+        )  # SINGA's default axis=1
 
 
 # -- add_bias -----------------------------------------------------------------------------------
@@ -228,7 +232,9 @@ def test_add_bias_bad_shapes(dev, xshape, bshape, axis):
 
 
 def test_add_bias_bad_axis():
-    x, b = to_tensors([np.zeros((2, 3)), np.zeros(3)], tensor.from_numpy(np.zeros(1)).device)
+    x, b = to_tensors(
+        [np.zeros((2, 3)), np.zeros(3)], tensor.Tensor(data=np.zeros(1), requires_grad=False).device
+    )
     with pytest.raises(ValueError, match="axis"):
         autograd.add_bias(x, b, 2)
 

@@ -161,7 +161,10 @@ def test_empty_and_float32(dev):
 
 
 def test_bad_input(dev):
-    x, b = (tensor.from_numpy(a, dev) for a in (np.zeros((2, 3), np.float32), np.zeros(3, np.float32)))
+    x, b = (
+        tensor.Tensor(data=a, device=dev, requires_grad=False)
+        for a in (np.zeros((2, 3), np.float32), np.zeros(3, np.float32))
+    )
     with pytest.raises(ValueError, match="activation must be one of"):
         ops.bias_activation(x, b, "swish")
     with pytest.raises(ShapeError, match="BiasActivation"):
@@ -169,11 +172,15 @@ def test_bad_input(dev):
     with pytest.raises(ShapeError, match="out of range"):
         ops.bias_activation(x, b, axis=2)
     with pytest.raises(ShapeError, match="1-d"):
-        ops.bias_activation(x, tensor.from_numpy(np.zeros((1, 3), np.float32), dev))
+        ops.bias_activation(
+            x, tensor.Tensor(data=np.zeros((1, 3), np.float32), device=dev, requires_grad=False)
+        )
     with pytest.raises(DTypeError, match="share a dtype"):
-        ops.bias_activation(x, tensor.from_numpy(np.zeros(3, np.float64), dev))
+        ops.bias_activation(x, tensor.Tensor(data=np.zeros(3, np.float64), device=dev, requires_grad=False))
     with pytest.raises(DTypeError, match="floating-point"):
-        ops.bias_activation(tensor.from_numpy(np.zeros((2, 3), np.int32), dev), b)
+        ops.bias_activation(
+            tensor.Tensor(data=np.zeros((2, 3), np.int32), device=dev, requires_grad=False), b
+        )
 
 
 # -- launch arguments, against a recording stand-in for CuPy ----------------------------------------

@@ -184,7 +184,7 @@ def test_conv2d_weight_grad_only(dev):
 
 def test_conv2d_empty_batch(dev):
     x, w, b = (
-        tensor.from_numpy(a, dev)
+        tensor.Tensor(data=a, device=dev, requires_grad=False)
         for a in (_rand((0, 3, 5, 5), np.float32), _rand((4, 3, 3, 3), np.float32), _rand((4,), np.float32))
     )
     autograd.training = True
@@ -208,17 +208,25 @@ def test_conv2d_empty_batch(dev):
     ],
 )
 def test_conv2d_bad_input(dev, xs, ws, kw, msg):
-    x, w = tensor.from_numpy(_rand(xs), dev), tensor.from_numpy(_rand(ws), dev)
+    x, w = (
+        tensor.Tensor(data=_rand(xs), device=dev, requires_grad=False),
+        tensor.Tensor(data=_rand(ws), device=dev, requires_grad=False),
+    )
     with pytest.raises(ShapeError, match=f"Conv2d.*({msg})"):
         autograd.conv2d(x, w, **kw)
 
 
 def test_conv2d_bad_bias_and_dtype(dev):
-    x, w = tensor.from_numpy(_rand((1, 2, 4, 4)), dev), tensor.from_numpy(_rand((3, 2, 3, 3)), dev)
+    x, w = (
+        tensor.Tensor(data=_rand((1, 2, 4, 4)), device=dev, requires_grad=False),
+        tensor.Tensor(data=_rand((3, 2, 3, 3)), device=dev, requires_grad=False),
+    )
     with pytest.raises(ShapeError, match="bias"):
-        autograd.conv2d(x, w, tensor.from_numpy(_rand((2,)), dev))
+        autograd.conv2d(x, w, tensor.Tensor(data=_rand((2,)), device=dev, requires_grad=False))
     with pytest.raises(DTypeError, match="Conv2d"):
-        autograd.conv2d(x, tensor.from_numpy(_rand((3, 2, 3, 3), np.float32), dev))
+        autograd.conv2d(
+            x, tensor.Tensor(data=_rand((3, 2, 3, 3), np.float32), device=dev, requires_grad=False)
+        )
     with pytest.raises(ValueError, match="stride"):
         autograd.conv2d(x, w, stride=0)
     with pytest.raises(ValueError, match="padding"):
@@ -279,13 +287,20 @@ def test_conv_transpose2d_grad(dev, geo):
 
 
 def test_conv_transpose2d_bad_input(dev):
-    x = tensor.from_numpy(_rand((1, 3, 4, 4)), dev)
+    x = tensor.Tensor(data=_rand((1, 3, 4, 4)), device=dev, requires_grad=False)
     with pytest.raises(ShapeError, match="ConvTranspose2d"):
-        autograd.conv_transpose2d(x, tensor.from_numpy(_rand((2, 2, 3, 3)), dev))
+        autograd.conv_transpose2d(x, tensor.Tensor(data=_rand((2, 2, 3, 3)), device=dev, requires_grad=False))
     with pytest.raises(ShapeError, match="ConvTranspose2d"):
-        autograd.conv_transpose2d(x, tensor.from_numpy(_rand((3, 2, 1, 1)), dev), padding=3)
+        autograd.conv_transpose2d(
+            x, tensor.Tensor(data=_rand((3, 2, 1, 1)), device=dev, requires_grad=False), padding=3
+        )
     with pytest.raises(ValueError, match="output_padding"):
-        autograd.conv_transpose2d(x, tensor.from_numpy(_rand((3, 2, 3, 3)), dev), stride=2, output_padding=2)
+        autograd.conv_transpose2d(
+            x,
+            tensor.Tensor(data=_rand((3, 2, 3, 3)), device=dev, requires_grad=False),
+            stride=2,
+            output_padding=2,
+        )
 
 
 @given(

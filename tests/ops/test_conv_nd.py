@@ -186,7 +186,7 @@ def test_bad_input(dev) -> None:
     from singa_lite import tensor
 
     def t(*shape, dtype=np.float32):
-        return tensor.from_numpy(np.zeros(shape, dtype), dev)
+        return tensor.Tensor(data=np.zeros(shape, dtype), device=dev, requires_grad=False)
 
     with pytest.raises(ShapeError, match="channels"):
         ops.conv_nd(t(1, 3, 4, 4, 4), t(2, 2, 1, 1, 1))
@@ -254,7 +254,7 @@ def test_more_bad_input(dev) -> None:
     from singa_lite import tensor
 
     def t(*shape, dtype=np.float32):
-        return tensor.from_numpy(np.zeros(shape, dtype), dev)
+        return tensor.Tensor(data=np.zeros(shape, dtype), device=dev, requires_grad=False)
 
     with pytest.raises(ShapeError, match="spatial"):
         ops.conv_nd(t(1, 2, 4, 4, 4), t(2))  # a 1-D weight

@@ -36,7 +36,7 @@ def _reference(x, w, b, stride, pads, dilation):
 
 def _conv(arrays, dev, geo, record: bool) -> np.ndarray:
     """``conv2d`` on ``dev``, recorded for backward (the tap loop) or not (the einsum)."""
-    ts = [tensor.from_numpy(a, dev) for a in arrays]
+    ts = [tensor.Tensor(data=a, device=dev, requires_grad=False) for a in arrays]
     autograd.training = record
     ts[0].requires_grad = record
     try:

@@ -51,8 +51,8 @@ def test_matmul_forward(dev, m, k, n, batch, dtype):
 
 def test_matmul_keeps_float32_grads(dev):
     a, b = (
-        tensor.from_numpy(_rand((4, 3), np.float32), dev),
-        tensor.from_numpy(_rand((3, 2), np.float32), dev),
+        tensor.Tensor(data=_rand((4, 3), np.float32), device=dev, requires_grad=False),
+        tensor.Tensor(data=_rand((3, 2), np.float32), device=dev, requires_grad=False),
     )
     autograd.training = True
     a.stores_grad = b.stores_grad = a.requires_grad = b.requires_grad = True
@@ -62,7 +62,10 @@ def test_matmul_keeps_float32_grads(dev):
 
 @pytest.mark.parametrize(("sa", "sb"), [((2, 3), (2, 3)), ((2, 3, 4), (2, 5, 4)), ((), (3,))])
 def test_matmul_bad_shapes(dev, sa, sb):
-    a, b = tensor.from_numpy(_rand(sa), dev), tensor.from_numpy(_rand(sb), dev)
+    a, b = (
+        tensor.Tensor(data=_rand(sa), device=dev, requires_grad=False),
+        tensor.Tensor(data=_rand(sb), device=dev, requires_grad=False),
+    )
     with pytest.raises(ShapeError, match="MatMul"):
         autograd.matmul(a, b)
 
@@ -105,13 +108,16 @@ def test_gemm_grad(dev, ta, tb, c_shape):
 
 
 def test_gemm_bad_shapes(dev):
-    A, B = tensor.from_numpy(_rand((3, 2)), dev), tensor.from_numpy(_rand((3, 4)), dev)
+    A, B = (
+        tensor.Tensor(data=_rand((3, 2)), device=dev, requires_grad=False),
+        tensor.Tensor(data=_rand((3, 4)), device=dev, requires_grad=False),
+    )
     with pytest.raises(ShapeError, match="Gemm"):
         autograd.gemm(A, B)
     with pytest.raises(ShapeError, match="Gemm"):
-        autograd.gemm(A, B, tensor.from_numpy(_rand((5,)), dev), transA=True)
+        autograd.gemm(A, B, tensor.Tensor(data=_rand((5,)), device=dev, requires_grad=False), transA=True)
     with pytest.raises(ShapeError, match="Gemm"):
-        autograd.gemm(tensor.from_numpy(_rand((3,)), dev), B)
+        autograd.gemm(tensor.Tensor(data=_rand((3,)), device=dev, requires_grad=False), B)
 
 
 EINSUM_CASES = [
@@ -149,7 +155,7 @@ def test_einsum_dtypes(dev, dtype, n):
 
 
 def test_einsum_bad(dev):
-    a = tensor.from_numpy(_rand((2, 3)), dev)
+    a = tensor.Tensor(data=_rand((2, 3)), device=dev, requires_grad=False)
     with pytest.raises(ShapeError, match="Einsum"):
         autograd.einsum("ij,jk->ik", a, a)
     with pytest.raises(ShapeError, match="Einsum"):
@@ -193,6 +199,9 @@ def test_tensordot_dtypes(dev, dtype):
 
 
 def test_tensordot_bad(dev):
-    a, b = tensor.from_numpy(_rand((2, 3)), dev), tensor.from_numpy(_rand((2, 3)), dev)
+    a, b = (
+        tensor.Tensor(data=_rand((2, 3)), device=dev, requires_grad=False),
+        tensor.Tensor(data=_rand((2, 3)), device=dev, requires_grad=False),
+    )
     with pytest.raises(ShapeError, match="Tensordot"):
         autograd.tensordot(a, b, 1)

@@ -133,8 +133,8 @@ def test_mse_loss(dev, shape, dtype, seed):
 
 def test_singa_conventions(dev):
     # A (1,) tensor, so to_numpy(loss)[0] works; float32 in, float32 loss and gradient out.
-    x = tensor.from_numpy(np.zeros((2, 4), np.float32), dev)
-    t = tensor.from_numpy(np.array([0, 3], np.int32), dev)
+    x = tensor.Tensor(data=np.zeros((2, 4), np.float32), device=dev, requires_grad=False)
+    t = tensor.Tensor(data=np.array([0, 3], np.int32), device=dev, requires_grad=False)
     x.requires_grad = x.stores_grad = True
     with _training():
         loss = softmax_cross_entropy(x, t)
@@ -266,7 +266,10 @@ def test_clipped_probabilities_get_no_gradient(dev):
 
 # -- bad inputs -------------------------------------------------------------------------------
 def _call(fn, x, t, dev):
-    return fn(tensor.from_numpy(x, dev), tensor.from_numpy(t, dev))
+    return fn(
+        tensor.Tensor(data=x, device=dev, requires_grad=False),
+        tensor.Tensor(data=t, device=dev, requires_grad=False),
+    )
 
 
 X = np.zeros((3, 4), np.float32)

@@ -101,11 +101,11 @@ def test_cell_grad(dev):
 
 def test_bad_P(dev):
     arrays = make_inputs(2, 2, 3, 4, np.float32)
-    ts = [tensor.from_numpy(a, dev) for a in arrays]
+    ts = [tensor.Tensor(data=a, device=dev, requires_grad=False) for a in arrays]
     with pytest.raises(ShapeError, match=r"P must have shape \(12,\)"):
-        lstm(*ts[:7], P=tensor.from_numpy(np.zeros(16, np.float32), dev))
+        lstm(*ts[:7], P=tensor.Tensor(data=np.zeros(16, np.float32), device=dev, requires_grad=False))
     with pytest.raises(DTypeError, match="P must have the dtype"):
-        lstm(*ts[:7], P=tensor.from_numpy(np.zeros(12, np.float64), dev))
+        lstm(*ts[:7], P=tensor.Tensor(data=np.zeros(12, np.float64), device=dev, requires_grad=False))
 
 
 # -- through the importer, against onnx's reference implementation -------------------------
@@ -180,7 +180,7 @@ def test_sonnxmodel_trains_peepholes() -> None:
     want = ReferenceEvaluator(model).run(None, feeds)
 
     m = sonnx.SONNXModel(model)
-    xs = [tensor.from_numpy(feeds[k]) for k in ("X", "initial_h", "initial_c")]
+    xs = [tensor.Tensor(data=feeds[k], requires_grad=False) for k in ("X", "initial_h", "initial_c")]
     got = m.forward(*xs)
     for g, w_ in zip(got, want):
         np.testing.assert_allclose(tensor.to_numpy(g), w_, rtol=1e-5, atol=1e-5)

@@ -77,7 +77,7 @@ def test_batchnorm_forward_train_and_eval(dev, shape, dtype):
 
 def test_batchnorm_running_stats_update(dev):
     x, (scale, bias, rm, rv) = bn_inputs((4, 3, 2, 2), np.float32)
-    ts = [tensor.from_numpy(a, dev) for a in (x, scale, bias, rm, rv)]
+    ts = [tensor.Tensor(data=a, device=dev, requires_grad=False) for a in (x, scale, bias, rm, rv)]
     mean, var = batch_stats(x)
     unbiased = var * 16 / 15
     with training():
@@ -95,7 +95,7 @@ def test_batchnorm_running_stats_update(dev):
 
 def test_batchnorm_train_differs_from_eval(dev):
     x, params = bn_inputs((4, 2, 3, 3), np.float32)
-    ts = [tensor.from_numpy(a, dev) for a in (x, *params)]
+    ts = [tensor.Tensor(data=a, device=dev, requires_grad=False) for a in (x, *params)]
     y_eval = tensor.to_numpy(autograd.batchnorm_2d(*ts))
     with training():
         y_train = tensor.to_numpy(autograd.batchnorm_2d(*ts))
@@ -112,7 +112,7 @@ def test_batchnorm_grad(dev, train, shape):
 
     def fn(x, scale, bias):
         # Fresh running stats per call: training updates them in place.
-        rs = [tensor.from_numpy(p.copy(), dev) for p in params[2:]]
+        rs = [tensor.Tensor(data=p.copy(), device=dev, requires_grad=False) for p in params[2:]]
         return autograd.batchnorm_2d(x, scale, bias, *rs, training=train)
 
     check_grad(fn, [x, params[0], params[1]], dev)
@@ -147,10 +147,10 @@ def test_batchnorm_forward_backward_against_float64(dev, shape, dtype, offset, t
     tol = {np.float16: 2e-2, np.float32: 1e-4, np.float64: 1e-9}[dtype]
     mean, var = batch_stats(x) if train else (rm.astype(np.float64), rv.astype(np.float64))
     ts = to_tensors([x, scale, bias], dev)
-    stats = [tensor.from_numpy(p, dev) for p in (rm, rv)]
+    stats = [tensor.Tensor(data=p, device=dev, requires_grad=False) for p in (rm, rv)]
     autograd.training = True
     y = autograd.batchnorm_2d(*ts, *stats, training=train)
-    grads = autograd.gradients(y, tensor.from_numpy(dy, dev))
+    grads = autograd.gradients(y, tensor.Tensor(data=dy, device=dev, requires_grad=False))
     autograd.training = False
     want = [ref_bn(x, scale, bias, mean, var), *ref_bn_grads(x, scale, dy, mean, var, train)]
     for got, w in zip([y, *(grads[t] for t in ts)], want):
@@ -165,13 +165,17 @@ def test_batchnorm_forward_backward_against_float64(dev, shape, dtype, offset, t
 
 def test_batchnorm_bad_input(dev):
     x, params = bn_inputs((2, 3, 2, 2), np.float32)
-    ts = [tensor.from_numpy(a, dev) for a in (x, *params)]
+    ts = [tensor.Tensor(data=a, device=dev, requires_grad=False) for a in (x, *params)]
     with pytest.raises(ShapeError, match="batchnorm_2d"):
-        autograd.batchnorm_2d(ts[0], tensor.from_numpy(np.ones(4, np.float32), dev), *ts[2:])
+        autograd.batchnorm_2d(
+            ts[0], tensor.Tensor(data=np.ones(4, np.float32), device=dev, requires_grad=False), *ts[2:]
+        )
     with pytest.raises(ShapeError, match="more than one value"), training():
-        autograd.batchnorm_2d(tensor.from_numpy(x[:1, :, :1, :1], dev), *ts[1:])
+        autograd.batchnorm_2d(tensor.Tensor(data=x[:1, :, :1, :1], device=dev, requires_grad=False), *ts[1:])
     with pytest.raises(DTypeError):
-        autograd.batchnorm_2d(tensor.from_numpy(np.ones((2, 3), np.int32), dev), *ts[1:])
+        autograd.batchnorm_2d(
+            tensor.Tensor(data=np.ones((2, 3), np.int32), device=dev, requires_grad=False), *ts[1:]
+        )
 
 
 def ref_layer_norm(x, scale, bias, axis, eps=1e-5):
@@ -212,11 +216,13 @@ def test_layer_norm_grad(dev, axis, pshape):
 
 
 def test_layer_norm_bad_input(dev):
-    x = tensor.from_numpy(np.zeros((2, 3, 4), np.float32), dev)
+    x = tensor.Tensor(data=np.zeros((2, 3, 4), np.float32), device=dev, requires_grad=False)
     with pytest.raises(ShapeError, match="layer_norm"):
-        autograd.layer_norm(x, tensor.from_numpy(np.ones(3, np.float32), dev))
+        autograd.layer_norm(x, tensor.Tensor(data=np.ones(3, np.float32), device=dev, requires_grad=False))
     with pytest.raises(ShapeError, match="axis"):
-        autograd.layer_norm(x, tensor.from_numpy(np.ones(4, np.float32), dev), axis=3)
+        autograd.layer_norm(
+            x, tensor.Tensor(data=np.ones(4, np.float32), device=dev, requires_grad=False), axis=3
+        )
 
 
 def test_instance_norm(dev):
@@ -261,7 +267,7 @@ def test_lrn_grad(dev, size):
     x = np.random.default_rng(5).standard_normal((1, 4, 2, 2))
     check_grad(lambda t: autograd.lrn(t, size, 0.8, 0.6, 1.2), [x], dev)
     with pytest.raises(ShapeError, match="lrn"):
-        autograd.lrn(tensor.from_numpy(x, dev), 0)
+        autograd.lrn(tensor.Tensor(data=x, device=dev, requires_grad=False), 0)
 
 
 @pytest.mark.parametrize("ratio", [0.2, 0.5, 0.8])
@@ -294,7 +300,7 @@ def test_dropout_identity_in_eval_and_ratio_zero(dev):
 
 
 def test_dropout_reproducible(dev):
-    x = tensor.from_numpy(np.ones((8, 8), np.float32), dev)
+    x = tensor.Tensor(data=np.ones((8, 8), np.float32), device=dev, requires_grad=False)
 
     def draw():
         dev.SetRandSeed(42)
@@ -309,6 +315,6 @@ def test_dropout_reproducible(dev):
 
 @pytest.mark.parametrize("ratio", [1.0, -0.1, 1.5])
 def test_dropout_bad_ratio(ratio):
-    x = tensor.from_numpy(np.ones(3, np.float32), device.create_cpu_device())
+    x = tensor.Tensor(data=np.ones(3, np.float32), device=device.create_cpu_device(), requires_grad=False)
     with pytest.raises(ShapeError, match="ratio"):
         autograd.dropout(x, ratio)

@@ -280,9 +280,11 @@ def test_pool_output_size():
 
 
 def test_bad_input(dev):
-    x4 = tensor.from_numpy(np.zeros((1, 1, 4, 4), np.float32), dev)
+    x4 = tensor.Tensor(data=np.zeros((1, 1, 4, 4), np.float32), device=dev, requires_grad=False)
     with pytest.raises(ShapeError, match="max_pool2d"):
-        autograd.max_pool2d(tensor.from_numpy(np.zeros((4, 4), np.float32), dev), 2)
+        autograd.max_pool2d(
+            tensor.Tensor(data=np.zeros((4, 4), np.float32), device=dev, requires_grad=False), 2
+        )
     with pytest.raises(ShapeError, match="does not fit"):
         autograd.max_pool2d(x4, 5)
     with pytest.raises(ShapeError, match="padding"):
@@ -294,9 +296,13 @@ def test_bad_input(dev):
     with pytest.raises(ShapeError, match="kernel_size"):
         autograd.max_pool2d(x4, (2, 2, 2))
     with pytest.raises(DTypeError, match="avg_pool2d"):
-        autograd.avg_pool2d(tensor.from_numpy(np.zeros((1, 1, 4, 4), np.int32), dev), 2)
+        autograd.avg_pool2d(
+            tensor.Tensor(data=np.zeros((1, 1, 4, 4), np.int32), device=dev, requires_grad=False), 2
+        )
     with pytest.raises(ShapeError, match="GlobalAveragePool"):
-        autograd.global_average_pool(tensor.from_numpy(np.zeros((2, 3), np.float32), dev))
+        autograd.global_average_pool(
+            tensor.Tensor(data=np.zeros((2, 3), np.float32), device=dev, requires_grad=False)
+        )
 
 
 def test_max_pool_int_input(dev):

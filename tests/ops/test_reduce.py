@@ -45,7 +45,7 @@ def array_and_axes(draw: st.DrawFn, dtypes: list = NUMERIC, min_side: int = 0) -
 
 def param(x: np.ndarray, dev) -> tensor.Tensor:
     """A tensor that autograd yields a gradient for."""
-    t = tensor.from_numpy(x, dev)
+    t = tensor.Tensor(data=x, device=dev, requires_grad=False)
     t.requires_grad = t.stores_grad = True
     return t
 
@@ -180,18 +180,18 @@ def test_argmax_passes_no_gradient(dev):
 
 
 def test_tensor_sum_positional(dev):
-    t = tensor.from_numpy(np.ones((2, 3), np.float32), dev)
+    t = tensor.Tensor(data=np.ones((2, 3), np.float32), device=dev, requires_grad=False)
     y = tensor.sum(t, 1, True)
     assert y.shape == (2, 1) and y.dtype == np.float32
 
 
 def test_reduce_errors(dev):
-    x = tensor.from_numpy(np.ones((2, 3), np.float32), dev)
+    x = tensor.Tensor(data=np.ones((2, 3), np.float32), device=dev, requires_grad=False)
     with pytest.raises(ShapeError, match=r"ReduceSum.*axis 2 is out of range"):
         R.reduce_sum(x, 2)
     with pytest.raises(ShapeError, match="repeated axis"):
         R.reduce_mean(x, (1, -1))
-    empty = tensor.from_numpy(np.ones((0, 3), np.float32), dev)
+    empty = tensor.Tensor(data=np.ones((0, 3), np.float32), device=dev, requires_grad=False)
     with pytest.raises(ShapeError, match=r"ReduceMax.*\(0, 3\)"):
         R.reduce_max(empty, 0)
     with pytest.raises(ShapeError, match=r"ArgMin.*\(0, 3\)"):
@@ -199,7 +199,7 @@ def test_reduce_errors(dev):
     with pytest.raises(ShapeError, match="ReduceMean"):
         R.reduce_mean(empty, 0)
     with pytest.raises(DTypeError, match="ReduceMean"):
-        R.reduce_mean(tensor.from_numpy(np.ones(3, bool), dev))
+        R.reduce_mean(tensor.Tensor(data=np.ones(3, bool), device=dev, requires_grad=False))
     assert R.reduce_max(empty, 1).shape == (0,)
 
 
@@ -247,11 +247,11 @@ def test_cumsum_grad(dev, axis, exclusive, reverse):
 
 def test_cumsum_bad_input(dev):
     with pytest.raises(ShapeError):
-        R.cumsum(tensor.from_numpy(np.float32(1.0), dev), 0)
+        R.cumsum(tensor.Tensor(data=np.float32(1.0), device=dev, requires_grad=False), 0)
     with pytest.raises(ShapeError):
-        R.cumsum(tensor.from_numpy(np.ones((2, 3), np.float32), dev), 2)
+        R.cumsum(tensor.Tensor(data=np.ones((2, 3), np.float32), device=dev, requires_grad=False), 2)
     with pytest.raises(DTypeError):
-        R.cumsum(tensor.from_numpy(np.ones(3, bool), dev), 0)
+        R.cumsum(tensor.Tensor(data=np.ones(3, bool), device=dev, requires_grad=False), 0)
 
 
 def test_exclusive_cumsum_keeps_inf_nan_and_small_terms(dev):

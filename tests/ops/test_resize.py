@@ -167,7 +167,7 @@ def test_antialias_and_crop_grad(dev, mode):
 def test_tf_crop_and_resize_needs_a_roi():
     with pytest.raises(ShapeError, match="needs a roi"):
         autograd.resize(
-            tensor.from_numpy(np.ones((1, 1, 2, 2))),
+            tensor.Tensor(data=np.ones((1, 1, 2, 2)), requires_grad=False),
             sizes=[1, 1, 3, 3],
             coordinate_transformation_mode="tf_crop_and_resize",
         )
@@ -224,7 +224,7 @@ def test_upsample(dev):
         dev,
     )
     check_forward(
-        lambda t: autograd.upsample(t, [1, 1, 2, 2], mode="bilinear"),
+        lambda t: autograd.upsample(t, "bilinear", [1, 1, 2, 2]),  # SINGA's order: mode, scales
         lambda a: onnx_resize(
             a, [1.0, 1.0, 2.0, 2.0], mode="linear", coordinate_transformation_mode="asymmetric"
         ),
@@ -240,7 +240,7 @@ def test_resize_keeps_dtype_and_untouched_axes(dev):
 
 
 def test_resize_bad_input(dev):
-    x = tensor.from_numpy(np.zeros((1, 1, 2, 2), np.float32), dev)
+    x = tensor.Tensor(data=np.zeros((1, 1, 2, 2), np.float32), device=dev, requires_grad=False)
     with pytest.raises(ShapeError, match="exactly one"):
         autograd.resize(x)
     with pytest.raises(ShapeError, match="exactly one"):
@@ -256,6 +256,8 @@ def test_resize_bad_input(dev):
     with pytest.raises(ShapeError, match="coordinate_transformation_mode"):
         autograd.resize(x, scales=[1, 1, 2, 2], coordinate_transformation_mode="tf_crop_and_resize")
     with pytest.raises(ShapeError, match="upsample"):
-        autograd.upsample(x, [1, 1, 2, 2], mode="cubic")
+        autograd.upsample(x, "cubic", [1, 1, 2, 2])
     with pytest.raises(DTypeError, match="resize"):
-        autograd.resize(tensor.from_numpy(np.zeros((1, 2), np.int32), dev), scales=[1, 2])
+        autograd.resize(
+            tensor.Tensor(data=np.zeros((1, 2), np.int32), device=dev, requires_grad=False), scales=[1, 2]
+        )

@@ -212,7 +212,7 @@ def test_only_final_state_used(dev):
 
 # -- errors ---------------------------------------------------------------------------------
 def _tensors(arrays, dev):
-    return [tensor.from_numpy(a, dev) for a in arrays]
+    return [tensor.Tensor(data=a, device=dev, requires_grad=False) for a in arrays]
 
 
 def test_wrong_weight_shape(dev):

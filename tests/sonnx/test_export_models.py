@@ -130,7 +130,7 @@ MODELS = [
 
 def _built(cls, arrays):
     m = cls()
-    m.compile([tensor.from_numpy(a) for a in arrays], is_train=False)
+    m.compile([tensor.Tensor(data=a, requires_grad=False) for a in arrays], is_train=False)
     for t in m.get_states().values():  # non-trivial running stats and biases
         t.copy_from_numpy(np.asarray(t) + R.uniform(0.1, 0.5, t.shape).astype(np.float32))
     return m
@@ -148,7 +148,7 @@ def test_model_export_runs_in_onnxruntime(name, cls, arrays):
     proto = export_model(m)
     onnx.checker.check_model(proto, full_check=True)
     assert {i.name for i in proto.graph.initializer} >= set(m.get_states())
-    expected = _outs(m.forward(*[tensor.from_numpy(a) for a in arrays]))
+    expected = _outs(m.forward(*[tensor.Tensor(data=a, requires_grad=False) for a in arrays]))
     sess = ort.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"])
     got = sess.run(None, {i.name: a for i, a in zip(sess.get_inputs(), arrays)})
     assert len(got) == len(expected)
@@ -161,9 +161,9 @@ def test_model_export_imports_back(name, cls, arrays):
     from singa_lite import sonnx
 
     m = _built(cls, arrays)
-    expected = _outs(m.forward(*[tensor.from_numpy(a) for a in arrays]))
+    expected = _outs(m.forward(*[tensor.Tensor(data=a, requires_grad=False) for a in arrays]))
     back = sonnx.SONNXModel(export_model(m))
-    got = back.forward(*[tensor.from_numpy(a) for a in arrays])
+    got = back.forward(*[tensor.Tensor(data=a, requires_grad=False) for a in arrays])
     for g, e in zip(got, expected):
         np.testing.assert_allclose(np.asarray(g), e, rtol=1e-5, atol=1e-5)
 

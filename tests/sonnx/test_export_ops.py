@@ -32,7 +32,7 @@ def flat(out: object) -> list:
 
 def export_and_run(fn, arrays, opset=None):
     """The exported model (checked), singa_lite's outputs and onnxruntime's outputs."""
-    xs = [tensor.from_numpy(a) for a in arrays]
+    xs = [tensor.Tensor(data=a, requires_grad=False) for a in arrays]
     _PARAMS[0] = np.random.default_rng(1)
     model = export_function(fn, xs, opset=opset)
     onnx.checker.check_model(model, full_check=True)
@@ -56,7 +56,7 @@ def assert_close(got, expected, tol=1e-5):
 
 
 def _t(a: np.ndarray) -> tensor.Tensor:
-    return tensor.from_numpy(a)
+    return tensor.Tensor(data=a, requires_grad=False)
 
 
 _PARAMS = [np.random.default_rng(1)]
@@ -65,7 +65,7 @@ _PARAMS = [np.random.default_rng(1)]
 def w(*shape: int) -> tensor.Tensor:
     """A weight drawn inside a traced function: the same values on every call of the function
     (``export_and_run`` reseeds before each call), so tracing and checking see one model."""
-    return tensor.from_numpy(_PARAMS[0].uniform(-1, 1, shape).astype(np.float32))
+    return tensor.Tensor(data=_PARAMS[0].uniform(-1, 1, shape).astype(np.float32), requires_grad=False)
 
 
 W33 = f32(4, 3, 3, 3)
@@ -522,18 +522,18 @@ def test_export_then_prepare_gives_same_outputs(case):
     if not hasattr(sonnx, "prepare"):
         pytest.skip("singa_lite.sonnx.prepare is not available yet")
     _, fn, arrays = case
-    xs = [tensor.from_numpy(a) for a in arrays]
+    xs = [tensor.Tensor(data=a, requires_grad=False) for a in arrays]
     _PARAMS[0] = np.random.default_rng(1)
     model = export_function(fn, xs)
     _PARAMS[0] = np.random.default_rng(1)
     expected = [np.asarray(t) for t in flat(fn(*xs))]
     rep = sonnx.prepare(model)
-    got = rep.run([tensor.from_numpy(a) for a in arrays])
+    got = rep.run([tensor.Tensor(data=a, requires_grad=False) for a in arrays])
     assert_close([np.asarray(t) for t in got], expected)
 
 
 def test_graph_is_pruned_and_named():
-    x = tensor.from_numpy(f32(2, 3))
+    x = tensor.Tensor(data=f32(2, 3), requires_grad=False)
     w = tensor.Tensor(data=f32(3, 4), requires_grad=True, stores_grad=True, name="fc.W")
 
     def fn(a):
@@ -564,7 +564,7 @@ def test_outputs_that_are_inputs_or_repeated():
 
 def test_to_onnx_walks_creators():
     """SINGA's form: the graph recorded in training mode, from the input and output tensors."""
-    x = tensor.from_numpy(f32(2, 3, 5, 5))
+    x = tensor.Tensor(data=f32(2, 3, 5, 5), requires_grad=False)
     x.requires_grad = True
     W = tensor.Tensor(data=f32(4, 3, 3, 3), requires_grad=True, stores_grad=True, name="conv.W")
     autograd.training = True
@@ -581,22 +581,24 @@ def test_to_onnx_walks_creators():
     assert "conv.W" in [i.name for i in model.graph.initializer]
 
 
-def test_to_onnx_after_backward_is_an_error():
-    x = tensor.from_numpy(f32(2, 3))
+def test_to_onnx_after_backward_and_the_next_step_is_an_error():
+    x = tensor.Tensor(data=f32(2, 3), requires_grad=False)
     w = tensor.Tensor(data=f32(3, 1), requires_grad=True, stores_grad=True, name="w")
     autograd.training = True
     y = ops.reduce_sum(ops.matmul(ops.relu(x), w))
     autograd.gradients(y)
-    autograd.training = False
     from singa_lite.sonnx.frontend import to_onnx
 
+    to_onnx([x], [y])  # right after backward the graph is still there, as in SINGA
+    ops.relu(w)  # the next step records: the walked graph is released
+    autograd.training = False
     with pytest.raises(OnnxError, match="released"):
         to_onnx([x], [y])
 
 
 def test_to_onnx_of_unrecorded_outputs_is_an_error():
     """An output computed in eval mode has no recorded ops: exported it would be a constant."""
-    x = tensor.from_numpy(f32(2, 3))
+    x = tensor.Tensor(data=f32(2, 3), requires_grad=False)
     w = tensor.Tensor(data=f32(3, 1), requires_grad=True, stores_grad=True, name="w")
     autograd.training = False
     y = ops.matmul(x, w)
@@ -609,7 +611,7 @@ def test_to_onnx_of_unrecorded_outputs_is_an_error():
 
 
 def test_unsupported_cases_raise_typed_errors():
-    x = tensor.from_numpy(f32(3, 4))
+    x = tensor.Tensor(data=f32(3, 4), requires_grad=False)
     with pytest.raises(UnsupportedOperatorError, match="GetItem"):
         export_function(lambda a: a[a > 0], [x])
     with pytest.raises(UnsupportedOperatorError, match="opset 11"):

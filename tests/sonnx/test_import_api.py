@@ -199,7 +199,7 @@ def test_inputs_are_checked_against_their_declared_type_and_shape() -> None:
     with pytest.raises(DTypeError, match="declared float32, got float64"):
         rep.run([good.astype(np.float64)])
     with pytest.raises(DTypeError, match="got int64"):
-        rep.run({"x": tensor.from_numpy(good.astype(np.int64))})
+        rep.run({"x": tensor.Tensor(data=good.astype(np.int64), requires_grad=False)})
     assert rep.run([[[1.0, 2.0, 3.0, 4.0]]])[0].dtype == np.float32  # lists take the declared type
     with pytest.raises(OnnxError, match="no inputs given"):
         rep.run(None)
@@ -282,7 +282,7 @@ def test_a_bfloat16_cast_passes_the_gradient_straight_through() -> None:
     ]
     model = _model(nodes, [_info("x", ["n", 4])], [_info("y", ["n", 3])], [w])
     m = sonnx.SONNXModel(model)
-    x = tensor.from_numpy(rng.standard_normal((2, 4)).astype(np.float32))
+    x = tensor.Tensor(data=rng.standard_normal((2, 4)).astype(np.float32), requires_grad=False)
     autograd.training = True
     (y,) = m.forward(x)
     grads = autograd.gradients(autograd.reduce_sum(y))

@@ -135,7 +135,9 @@ def test_constant_host_values_are_read_only_views() -> None:
     values = program.host_constants.get(shape)
     assert values is not None and values.tolist() == [0, -1] and not values.flags.writeable
     assert shape.data.flags.writeable
-    assert program.host_constants.get(tensor.from_numpy(np.array([0, -1]))) is None  # not a constant
+    assert (
+        program.host_constants.get(tensor.Tensor(data=np.array([0, -1]), requires_grad=False)) is None
+    )  # not a constant
 
 
 # -- inputs of any backend, one array or a list --------------------------------------------------
@@ -153,7 +155,7 @@ def test_one_input_may_be_given_alone_or_in_a_sequence(wrap: str) -> None:
         "list": [x],
         "tuple": (x,),
         "dict": {"x": x},
-        "tensor": tensor.from_numpy(x),
+        "tensor": tensor.Tensor(data=x, requires_grad=False),
     }[wrap]
     (y,) = prepare(_double()).run(given)
     np.testing.assert_array_equal(y.numpy(), 2 * x)
@@ -252,7 +254,7 @@ def cupy_like() -> device.Device:
 
 
 def _on(dev: device.Device, arr: Any) -> Tensor:
-    return tensor.from_numpy(np.asarray(arr), dev)
+    return tensor.Tensor(data=np.asarray(arr), device=dev, requires_grad=False)
 
 
 def _node(op: str, inputs: int, outputs: int = 1, **attrs: Any) -> Node:
@@ -307,7 +309,11 @@ def test_topk_without_lexsort_gives_the_same_indices(
 def test_topk_refuses_a_k_larger_than_the_axis() -> None:
     node = _node("TopK", 2, 2)
     with pytest.raises(OnnxError, match="k = 4 must lie in \\[0, 3\\]"):
-        TopK(node, tensor.from_numpy(np.zeros(3, np.float32)), tensor.from_numpy(np.array([4])))
+        TopK(
+            node,
+            tensor.Tensor(data=np.zeros(3, np.float32), requires_grad=False),
+            tensor.Tensor(data=np.array([4]), requires_grad=False),
+        )
 
 
 # onnx's test_mod_float_edge_cases_fmod_0: Python's % (the divisor's sign), NaN where undefined.
@@ -346,7 +352,11 @@ def test_mod_matches_numpy_bitwise_on_random_values() -> None:
         x = (rng.standard_normal(5000) * 100).astype(dtype)
         y = (rng.standard_normal(5000) * 3).astype(dtype)
         for fmod, fn in ((0, np.mod), (1, np.fmod)):
-            got = Mod(_node("Mod", 2, fmod=fmod), tensor.from_numpy(x), tensor.from_numpy(y)).numpy()
+            got = Mod(
+                _node("Mod", 2, fmod=fmod),
+                tensor.Tensor(data=x, requires_grad=False),
+                tensor.Tensor(data=y, requires_grad=False),
+            ).numpy()
             np.testing.assert_array_equal(got.view(f"u{got.itemsize}"), fn(x, y).view(f"u{got.itemsize}"))
 
 
@@ -365,7 +375,7 @@ def test_float16_softmax_sums_in_float32_along_any_axis(axis: int, handler: Any)
     another NumPy would add in float16, and CuPy's CUB sum does along the last one."""
     x = (np.random.default_rng(2).standard_normal((300, 4, 40)) * 3).astype(np.float16)
     node = Node(helper.make_node(handler.__name__, ["x"], ["y"], axis=axis), 13)
-    got = handler(node, tensor.from_numpy(x)).numpy()
+    got = handler(node, tensor.Tensor(data=x, requires_grad=False)).numpy()
     want = _softmax16(x, axis, handler is LogSoftmax)
     assert got.dtype == np.float16
     np.testing.assert_array_equal(got.view(np.uint16), want.view(np.uint16))
@@ -375,7 +385,7 @@ def test_float16_softmax_still_trains() -> None:
     x = Tensor(data=np.array([[0.5, -1.0, 2.0]], np.float16), stores_grad=True)
     autograd.training = True
     y = Softmax(Node(helper.make_node("Softmax", ["x"], ["y"]), 13), x)
-    pick = tensor.from_numpy(np.array([[1.0, 0.0, 0.0]], np.float16))
+    pick = tensor.Tensor(data=np.array([[1.0, 0.0, 0.0]], np.float16), requires_grad=False)
     (g,) = autograd.gradients(autograd.reduce_sum(autograd.mul(y, pick))).values()
     p = np.exp(x.numpy().astype(np.float64))
     p /= p.sum()

@@ -148,7 +148,7 @@ def test_clamp_on_a_wrong_input_fails_like_the_unfused_graph() -> None:
     rng = np.random.default_rng(5)
     nodes, inits = _bn_relu_conv(rng)
     rep = prepare(_model(nodes, inits, ["n", 6, "h", "w"]))
-    x = tensor.from_numpy(rng.standard_normal((2, 6, 5)).astype(np.float32))
+    x = tensor.Tensor(data=rng.standard_normal((2, 6, 5)).astype(np.float32), requires_grad=False)
     # run() refuses the 3-D input against the declared 4-D one; the program itself (which
     # SONNXModel runs) meets it, and its fused Clamp must fail as the plain graph does.
     with pytest.raises(Exception, match="Conv"):
@@ -248,7 +248,7 @@ def test_concat_chain_falls_back_when_the_input_outgrows_the_inferred_size() -> 
     program = rep.inference_program  # type: ignore[attr-defined]
     for channels in (2, 3, 1):
         x = rng.standard_normal((1, channels, 3)).astype(np.float32)
-        (y,) = program.run({"x": tensor.from_numpy(x)})
+        (y,) = program.run({"x": tensor.Tensor(data=x, requires_grad=False)})
         np.testing.assert_array_equal(y.numpy(), np.maximum(np.concatenate([x, x, x], 1), 0))
 
 

@@ -172,7 +172,7 @@ def test_gradients(dev, op, attrs, with_P, direction):
     feeds = _feeds(op, direction, lens, True, with_P, T=3, I=2, H=2, dtype=np.float64)
     node = Node(_model(op, direction, feeds, H=2, **attrs).graph.node[0], 14)
     names = [k for k in feeds if k != "sequence_lens"]
-    seq_lens = tensor.from_numpy(feeds["sequence_lens"], dev)
+    seq_lens = tensor.Tensor(data=feeds["sequence_lens"], device=dev, requires_grad=False)
 
     def run(X, W, R, B, *rest):
         named = dict(zip(names[4:], rest))
@@ -247,18 +247,20 @@ def test_graph_mode_follows_changing_lengths(computed: bool) -> None:
 
     def second_input(lengths: list[int]) -> tensor.Tensor:
         if not computed:
-            return tensor.from_numpy(np.array(lengths, np.int32))
-        return tensor.from_numpy((np.arange(T)[:, None] < np.array(lengths)[None, :]).astype(np.float32))
+            return tensor.Tensor(data=np.array(lengths, np.int32), requires_grad=False)
+        return tensor.Tensor(
+            data=(np.arange(T)[:, None] < np.array(lengths)[None, :]).astype(np.float32), requires_grad=False
+        )
 
     def make(use_graph: bool) -> Lengths:
         m = Lengths(proto)
         m.set_optimizer(opt.SGD(lr=0.1))
-        x = tensor.from_numpy(np.zeros((T, N, I), np.float32))
+        x = tensor.Tensor(data=np.zeros((T, N, I), np.float32), requires_grad=False)
         m.compile([x, second_input([T] * N)], is_train=True, use_graph=use_graph)
         return m
 
-    X = tensor.from_numpy(rng.standard_normal((T, N, I)).astype(np.float32))
-    target = tensor.from_numpy(np.zeros((1, N, H), np.float32))
+    X = tensor.Tensor(data=rng.standard_normal((T, N, I)).astype(np.float32), requires_grad=False)
+    target = tensor.Tensor(data=np.zeros((1, N, H), np.float32), requires_grad=False)
     lens = [[5, 3, 2, 0], [5, 3, 2, 0], [1, 5, 5, 2], [5, 5, 5, 5]]
     eager, graphed = make(False), make(True)
     with warnings.catch_warnings(record=True) as caught:

@@ -81,7 +81,7 @@ def test_param_names_are_sanitised_and_unique() -> None:
 def test_forward_matches_prepare_and_gradients_reach_imported_weights() -> None:
     data = digits_cnn_onnx()
     model = sonnx.SONNXModel(data)
-    x = tensor.from_numpy(load_digits("test")[0][:4])
+    x = tensor.Tensor(data=load_digits("test")[0][:4], requires_grad=False)
     model.eval()
     np.testing.assert_allclose(
         model.forward(x)[0].numpy(), sonnx.prepare(data).run([x])[0].numpy(), rtol=1e-6
@@ -90,7 +90,7 @@ def test_forward_matches_prepare_and_gradients_reach_imported_weights() -> None:
     model.train()
     before = model.get_params()["0.weight"].numpy().copy()
     mean_before = model.get_states()["1.running_mean"].numpy().copy()
-    y = tensor.from_numpy(np.arange(4, dtype=np.int32))
+    y = tensor.Tensor(data=np.arange(4, dtype=np.int32), requires_grad=False)
     model(x, y)
     assert not np.allclose(model.get_params()["0.weight"].numpy(), before)
     assert not np.allclose(model.get_states()["1.running_mean"].numpy(), mean_before)  # BN trains
@@ -105,7 +105,7 @@ from singa_lite import tensor
 from singa_lite.data import load_digits
 from singa_lite.errors import ShapeError
 model = DigitsTransfer({onnx_path!r})
-x = tensor.from_numpy(load_digits("test")[0])
+x = tensor.Tensor(data=load_digits("test")[0], requires_grad=False)
 model.compile([x], is_train=False)
 model.load_states({ckpt!r})
 np.save({out!r}, model(x).numpy())
@@ -119,7 +119,7 @@ def test_transfer_learning_survives_save_states_and_a_fresh_process(tmp_path: Pa
     x_test, _ = load_digits("test")
     model = DigitsTransfer(str(onnx_path))
     model.set_optimizer(opt.SGD(lr=0.05, momentum=0.9))
-    tx = tensor.from_numpy(x_train[:64])
+    tx = tensor.Tensor(data=x_train[:64], requires_grad=False)
     model.compile([tx], is_train=True)
     # last_layers=-2 really cuts the classifier: the head sees the features, not 10 logits.
     (features,) = sonnx.SONNXModel.forward(model, tx, last_layers=-2)
@@ -129,13 +129,16 @@ def test_transfer_learning_survives_save_states_and_a_fresh_process(tmp_path: Pa
     losses = []
     for step in range(30):
         i = (step * 64) % (len(x_train) - 64)
-        _, loss = model(tensor.from_numpy(x_train[i : i + 64]), tensor.from_numpy(y_train[i : i + 64]))
+        _, loss = model(
+            tensor.Tensor(data=x_train[i : i + 64], requires_grad=False),
+            tensor.Tensor(data=y_train[i : i + 64], requires_grad=False),
+        )
         losses.append(loss.numpy().item())
     assert np.mean(losses[-5:]) < np.mean(losses[:5])
     ckpt = tmp_path / "ckpt.h5"
     model.save_states(str(ckpt))
     model.eval()
-    expected = model(tensor.from_numpy(x_test)).numpy()
+    expected = model(tensor.Tensor(data=x_test, requires_grad=False)).numpy()
     assert {"0.weight", "1.running_var", "head.W"} <= set(model.get_states())
 
     script = _RELOAD.format(
@@ -168,7 +171,7 @@ def test_sonnxmodel_runs_other_batch_sizes_and_widened_inputs() -> None:
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     m = sonnx.SONNXModel(model)
     m.eval()
-    (y,) = m(tensor.from_numpy(np.ones((8, 4), np.int64)))
+    (y,) = m(tensor.Tensor(data=np.ones((8, 4), np.int64), requires_grad=False))
     np.testing.assert_array_equal(y.numpy(), np.full((8, 2), 4.0, np.float32))
     with pytest.raises(ShapeError, match="declared with shape"):
         sonnx.prepare(model).run([np.ones((8, 4), np.uint8)])

@@ -107,8 +107,8 @@ def test_one_image_conv_in_bands(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_recorded_batch_one_conv_keeps_the_backward_path() -> None:
     """While recording, batch 1 keeps the path that saves what backward needs."""
     rng = np.random.default_rng(2)
-    x = tensor.from_numpy(rng.standard_normal((1, 2, 5, 5)))
-    W = tensor.from_numpy(rng.standard_normal((3, 2, 3, 3)))
+    x = tensor.Tensor(data=rng.standard_normal((1, 2, 5, 5)), requires_grad=False)
+    W = tensor.Tensor(data=rng.standard_normal((3, 2, 3, 3)), requires_grad=False)
     W.requires_grad = W.stores_grad = True
     old, autograd.training = autograd.training, True
     try:
@@ -182,7 +182,7 @@ def test_conv_bn_mul_add_folds_into_the_conv_exactly() -> None:
     # aux_output may name a tensor folded away: it runs the graph as written
     c = rep.run([x], aux_output=["c"])[1].numpy()
     W, B = (rep.program.constants[k] for k in ("W", "B"))
-    plain = conv_mod.conv2d(tensor.from_numpy(x), W, B, padding=1).numpy()
+    plain = conv_mod.conv2d(tensor.Tensor(data=x, requires_grad=False), W, B, padding=1).numpy()
     np.testing.assert_allclose(c, plain, rtol=1e-6, atol=1e-6)
     assert not np.allclose(c, rep.run([x], aux_output=["a"])[1].numpy())
 
@@ -283,7 +283,7 @@ def _pool(kind: str, x: np.ndarray, case: tuple, recording: bool) -> np.ndarray:
     _, k, s, p, d, ceil = case
     old, autograd.training = autograd.training, recording
     try:
-        t = tensor.from_numpy(x)
+        t = tensor.Tensor(data=x, requires_grad=False)
         t.requires_grad = recording
         if kind == "max":
             return pool_mod.max_pool(t, k, s, p, d, ceil).numpy()

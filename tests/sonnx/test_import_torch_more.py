@@ -322,8 +322,10 @@ def test_new_handlers_pass_gradients(fn: object) -> None:
     old = autograd.training
     autograd.training = True
     try:
-        (y,) = imported.forward(tensor.from_numpy(x.numpy()))
-        grads = autograd.gradients(ops.reduce_sum(ops.mul(y, tensor.from_numpy(weight.numpy()))))
+        (y,) = imported.forward(tensor.Tensor(data=x.numpy(), requires_grad=False))
+        grads = autograd.gradients(
+            ops.reduce_sum(ops.mul(y, tensor.Tensor(data=weight.numpy(), requires_grad=False)))
+        )
     finally:
         autograd.training = old
     (b,) = imported.get_params().values()

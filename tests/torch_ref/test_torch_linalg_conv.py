@@ -17,12 +17,12 @@ def _rand(shape: tuple, seed: int) -> np.ndarray:
 
 def _ours(fn, arrays: list, dy: np.ndarray, dev) -> tuple:
     """Output and gradients of ``fn`` (weighted by ``dy``) in singa_lite."""
-    ts = [tensor.from_numpy(a, dev) for a in arrays]
+    ts = [tensor.Tensor(data=a, device=dev, requires_grad=False) for a in arrays]
     for t in ts:
         t.requires_grad = t.stores_grad = True
     autograd.training = True
     y = fn(*ts)
-    grads = dict(autograd.backward(y, tensor.from_numpy(dy, dev)))
+    grads = dict(autograd.backward(y, tensor.Tensor(data=dy, device=dev, requires_grad=False)))
     return tensor.to_numpy(y), [tensor.to_numpy(grads[t]) for t in ts]
 
 

@@ -81,12 +81,12 @@ def test_matches_torch(dev, case, dtype):
     grads = [{n: rng.standard_normal(s).astype(dtype) for n, s in SHAPES.items()} for _ in range(STEPS)]
 
     ours = ours_factory()
-    params = {n: tensor.from_numpy(a, dev) for n, a in init.items()}
+    params = {n: tensor.Tensor(data=a, device=dev, requires_grad=False) for n, a in init.items()}
     tparams = {n: torch.tensor(a, requires_grad=True) for n, a in init.items()}
     topt, tsched = torch_factory(list(tparams.values()))
     for gs in grads:
         for n, p in params.items():
-            ours.apply(n, p, tensor.from_numpy(gs[n], dev))
+            ours.apply(n, p, tensor.Tensor(data=gs[n], device=dev, requires_grad=False))
             tparams[n].grad = torch.from_numpy(gs[n])
         ours.step()
         topt.step()
@@ -119,6 +119,6 @@ def test_schedule_matches_torch(ours, make_torch):
     sched = make_torch(topt)
     for step in range(50):
         want = topt.param_groups[0]["lr"]
-        assert ours(step) == pytest.approx(want, rel=1e-12, abs=1e-15), step
+        assert ours.value(step) == pytest.approx(want, rel=1e-12, abs=1e-15), step
         topt.step()
         sched.step()

@@ -98,7 +98,10 @@ def test_batchnorm_train_and_running_stats(dev, shape):
     c = shape[1]
     scale, bias = rand((c,), 5) + 1, rand((c,), 6)
     rm, rv = rand((c,), 7), np.abs(rand((c,), 8)) + 0.5
-    ours = [tensor.from_numpy(rm.copy(), dev), tensor.from_numpy(rv.copy(), dev)]
+    ours = [
+        tensor.Tensor(data=rm.copy(), device=dev, requires_grad=False),
+        tensor.Tensor(data=rv.copy(), device=dev, requires_grad=False),
+    ]
     theirs = [torch.tensor(rm), torch.tensor(rv)]
     both(
         lambda *t: autograd.batchnorm_2d(*t, *ours, momentum=0.9),
@@ -112,14 +115,19 @@ def test_batchnorm_train_and_running_stats(dev, shape):
         np.testing.assert_allclose(tensor.to_numpy(o), t.numpy(), rtol=1e-5, atol=1e-6)
     # Eval with the updated statistics.
     ty = F.batch_norm(torch.tensor(x), *theirs, torch.tensor(scale), torch.tensor(bias), training=False)
-    y = autograd.batchnorm_2d(*[tensor.from_numpy(a, dev) for a in (x, scale, bias)], *ours)
+    y = autograd.batchnorm_2d(
+        *[tensor.Tensor(data=a, device=dev, requires_grad=False) for a in (x, scale, bias)], *ours
+    )
     np.testing.assert_allclose(tensor.to_numpy(y), ty.numpy(), rtol=1e-5, atol=1e-5)
 
 
 def test_batchnorm_eval_backward(dev):
     x, scale, bias = rand((4, 3, 2, 2), 9), rand((3,), 10), rand((3,), 11)
     rm, rv = rand((3,), 12), np.abs(rand((3,), 13)) + 0.5
-    running = [tensor.from_numpy(rm, dev), tensor.from_numpy(rv, dev)]
+    running = [
+        tensor.Tensor(data=rm, device=dev, requires_grad=False),
+        tensor.Tensor(data=rv, device=dev, requires_grad=False),
+    ]
     both(
         lambda *t: autograd.batchnorm_2d(*t, *running, training=False),
         lambda *t: F.batch_norm(t[0], torch.tensor(rm), torch.tensor(rv), t[1], t[2], training=False),

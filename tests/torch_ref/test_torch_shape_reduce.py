@@ -109,7 +109,7 @@ CASES = [
 def _loss_sl(ys, ws):
     out = None
     for y, w in zip(ys, ws):
-        term = R.reduce_sum(y * tensor.from_numpy(w.astype(y.dtype)))
+        term = R.reduce_sum(y * tensor.Tensor(data=w.astype(y.dtype), requires_grad=False))
         term = S.cast(term, np.float64)
         out = term if out is None else out + term
     return out
@@ -121,7 +121,7 @@ def test_against_torch(name, fn, torch_fn, shapes, seed):
     rng = np.random.default_rng(seed)
     xs = [rng.standard_normal(s) for s in shapes]
     autograd.training = True
-    ts = [tensor.from_numpy(x) for x in xs]
+    ts = [tensor.Tensor(data=x, requires_grad=False) for x in xs]
     for t in ts:
         t.requires_grad = t.stores_grad = True
     ys = fn(*ts)
@@ -147,7 +147,7 @@ def test_against_torch(name, fn, torch_fn, shapes, seed):
 def test_max_ties_split_like_torch_amax():
     x = np.array([[1.0, 3.0, 3.0, 0.0], [2.0, 2.0, 2.0, -1.0]])
     autograd.training = True
-    t = tensor.from_numpy(x)
+    t = tensor.Tensor(data=x, requires_grad=False)
     t.requires_grad = t.stores_grad = True
     g = autograd.gradients(R.reduce_sum(R.reduce_max(t, 1)))[t]
     tx = torch.tensor(x, requires_grad=True)
@@ -159,7 +159,7 @@ def test_max_ties_split_like_torch_amax():
 def test_index_ops_against_torch(seed):
     rng = np.random.default_rng(seed)
     x = rng.integers(0, 3, (3, 4)).astype(np.float32)
-    t = tensor.from_numpy(x)
+    t = tensor.Tensor(data=x, requires_grad=False)
     tx = torch.from_numpy(x)
     for axis in (0, 1, -1):
         np.testing.assert_array_equal(tensor.to_numpy(R.argmax(t, axis)), tx.argmax(axis).numpy())
@@ -169,5 +169,6 @@ def test_index_ops_against_torch(seed):
     np.testing.assert_array_equal(tensor.to_numpy(S.nonzero(t)), torch.nonzero(tx).T.numpy())
     idx = rng.integers(0, 5, (2, 3))
     np.testing.assert_array_equal(
-        tensor.to_numpy(S.onehot(tensor.from_numpy(idx), 5)), F.one_hot(torch.from_numpy(idx), 5).numpy()
+        tensor.to_numpy(S.onehot(tensor.Tensor(data=idx, requires_grad=False), 5)),
+        F.one_hot(torch.from_numpy(idx), 5).numpy(),
     )
