@@ -349,3 +349,27 @@ def test_singa_page_covers_the_flags_and_how_to_report():
         assert f"`{flag}`" in page, flag
     for topic in ("## Differences that stay, and why", "## Reporting a difference", "Tensor[i]", "W#2"):
         assert topic in page, topic
+
+
+def test_embedding_from_pretrained_and_freeze():
+    table = np.arange(12, dtype=np.float32).reshape(4, 3)
+    emb = layer.Embedding.from_pretrained(table)
+    idx = tensor.Tensor(data=np.array([[3, 0]], np.int32), requires_grad=False)
+    out = emb(idx)
+    np.testing.assert_array_equal(tensor.to_numpy(out), table[[[3, 0]]])
+    assert not emb.W.stores_grad  # frozen by default
+    table[0] = -1  # the layer holds a copy
+    np.testing.assert_array_equal(tensor.to_numpy(emb.W)[0], [0, 1, 2])
+    trainable = layer.Embedding.from_pretrained(np.ones((4, 3)), freeze=False, padding_idx=1)
+    trainable(idx)
+    assert trainable.W.stores_grad and trainable.W.dtype == np.float64
+    np.testing.assert_array_equal(tensor.to_numpy(trainable.W)[1], [1, 1, 1])  # kept, not zeroed
+    with pytest.raises(ArgumentError, match="2-D float table"):
+        layer.Embedding.from_pretrained(np.ones(3))
+
+
+def test_layer_dtype_check_casts_to_the_first_inputs_dtype():
+    a = tensor.Tensor(data=np.ones(2, np.float32), requires_grad=False)
+    b = tensor.Tensor(data=np.ones(2, np.float64), requires_grad=False)
+    layer.Linear(2).dtype_check(a, b)
+    assert b.dtype == np.float32

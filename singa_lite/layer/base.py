@@ -266,6 +266,16 @@ class Layer:
             if t.device != dev:
                 t.to_device(dev)
 
+    def dtype_check(self, *inputs: Tensor) -> None:
+        """Cast every input in place to the first input's dtype (SINGA's layers call this
+        before combining inputs of mixed precision)."""
+        if not inputs:
+            return
+        dt = inputs[0].dtype
+        for t in inputs[1:]:
+            if t.dtype != dt:
+                t.data = t.data.astype(dt)
+
     def check_ndim(self, x: Tensor, ndim: int, layout: str) -> None:
         if x.ndim() != ndim:
             raise ShapeError(

@@ -6,6 +6,8 @@ import math
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
+
 from singa_lite import initializer as init
 from singa_lite import ops, tensor
 from singa_lite.errors import ArgumentError, ShapeError
@@ -128,11 +130,37 @@ class Embedding(Layer):
             padding_idx %= n
         self.padding_idx = padding_idx
 
+    @classmethod
+    def from_pretrained(
+        cls, embeddings: Any, freeze: bool = True, padding_idx: int | None = None
+    ) -> Embedding:
+        """An Embedding whose table is a copy of ``embeddings`` (a 2-D float array or Tensor,
+        rows = tokens). ``freeze`` (the default, as in PyTorch) keeps the table out of training;
+        ``padding_idx`` marks a row that gets no gradient (its values are kept, not zeroed)."""
+        table = tensor.to_numpy(embeddings) if isinstance(embeddings, Tensor) else np.asarray(embeddings)
+        if table.ndim != 2 or table.dtype.kind != "f":
+            raise ArgumentError(
+                f"Embedding.from_pretrained: expects a 2-D float table, got shape {table.shape} "
+                f"and dtype {table.dtype}"
+            )
+        table = table.copy()
+        layer = cls(
+            table.shape[0], table.shape[1], lambda w: w.copy_from_numpy(table), padding_idx, table.dtype
+        )
+        layer._pretrained = table
+        layer.freeze = bool(freeze)
+        return layer
+
+    freeze = False
+    _pretrained: Any = None
+
     def initialize(self, x: Tensor) -> None:
         shape = (self.input_dim, self.output_dim)
-        self.W = Tensor(shape, x.device, self.dtype, requires_grad=True, stores_grad=True)
+        self.W = Tensor(
+            shape, x.device, self.dtype, requires_grad=not self.freeze, stores_grad=not self.freeze
+        )
         self._fill(self.W)
-        if self.padding_idx is not None:
+        if self.padding_idx is not None and self._pretrained is None:
             self.W.data[self.padding_idx] = 0
 
     def forward(self, x: Tensor) -> Tensor:
