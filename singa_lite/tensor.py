@@ -168,8 +168,12 @@ class Tensor:
         return self.data.shape[0]
 
     def __iter__(self) -> Any:
+        """The rows along the first axis, each without that axis (NumPy's rows: what a loop
+        over a (T, N, D) sequence expects; SINGA's ``t[i]`` keeps the axis, see ``__getitem__``)."""
+        from singa_lite.ops.shape import getitem
+
         for i in range(len(self)):
-            yield self[i]
+            yield getitem(self, i)
 
     def __repr__(self) -> str:
         name = "" if self.is_dummy() else f", name={self._name!r}"
@@ -338,9 +342,13 @@ class Tensor:
         return self.transpose()
 
     def __getitem__(self, key: Any) -> Tensor:
+        """Indexing, recorded (differentiable). As in SINGA, an integer keeps its axis in
+        basic indexing: ``t[1]`` of a (3, 4) tensor has shape (1, 4) and ``t[:, -1]`` shape
+        (3, 1). Keys with index arrays, lists or masks follow NumPy's advanced indexing, and
+        ``ops.getitem(t, key)`` gives NumPy's rules throughout (an integer drops its axis)."""
         from singa_lite.ops.shape import getitem
 
-        return getitem(self, key)
+        return getitem(self, _keep_int_axes(key, self.shape))
 
     def __setitem__(self, key: Any, value: Any) -> None:
         """In-place, unrecorded assignment (for filling inputs, not for training graphs).
@@ -487,6 +495,30 @@ def _scalar_array(dev: _device.Device, x: Any, dt: np.dtype) -> Any:
         dev.activate()
         arr = _SCALARS[key] = dev.xp.asarray(x, dtype=dt)
     return arr
+
+
+def _keep_int_axes(key: Any, shape: tuple) -> Any:
+    """``key`` with each plain integer ``i`` as the slice ``i:i+1`` (SINGA's ``Tensor[int]``
+    keeps the axis; -1 becomes ``-1:None``), after checking it against its axis as NumPy
+    would (a slice never raises); anything else as it is."""
+    from singa_lite.ops.indexing import _key_axes
+
+    keys = key if isinstance(key, tuple) else (key,)
+    basic = (int, np.integer, slice, type(None), type(Ellipsis))
+    if not all(isinstance(k, basic) for k in keys):
+        return key  # index arrays, lists, masks: NumPy's advanced indexing as it is
+    out = []
+    for k, axis in zip(keys, _key_axes(keys, len(shape))):
+        if isinstance(k, (int, np.integer)) and not isinstance(k, (bool, np.bool_)):
+            k = int(k)
+            if axis is None or axis >= len(shape) or not -shape[axis] <= k < shape[axis]:
+                n = shape[axis] if axis is not None and axis < len(shape) else 0
+                raise IndexError(
+                    f"GetItem: index {k} is out of range [{-n}, {n}) for axis {axis} (input shape {shape})"
+                )
+            k = slice(k, k + 1 if k != -1 else None)
+        out.append(k)
+    return tuple(out) if isinstance(key, tuple) else out[0]
 
 
 def _host_or_device_array(data: Any) -> Any:

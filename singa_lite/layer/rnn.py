@@ -84,7 +84,7 @@ class _Recurrent(Layer):
 
     def _outputs(self, y: Tensor, as_list: bool) -> Any:
         if as_list:
-            return [y[t] for t in range(y.shape[0])]
+            return list(y)  # rows without the time axis (Tensor.__iter__)
         return ops.transpose(y, (1, 0, 2)) if self.batch_first else y
 
     def _zeros(self, x: Tensor) -> Tensor:

@@ -87,7 +87,29 @@ def test_getitem_forward(dev, key, dtype):
         named = {"mask": mask, "tensor": idx}
         return tuple(wrap(named[k]) if isinstance(k, str) else k for k in key)
 
-    check_forward(lambda t: t[resolve(lambda a: t_(a, dev))], lambda a: a[resolve(lambda a: a)], [x], dev)
+    check_forward(
+        lambda t: S.getitem(t, resolve(lambda a: t_(a, dev))), lambda a: a[resolve(lambda a: a)], [x], dev
+    )
+
+
+def test_tensor_int_index_keeps_the_axis_as_in_singa(dev):
+    """``Tensor[int]`` keeps its axis (SINGA's semantics) in basic indexing; ``ops.getitem``
+    and keys with index arrays keep NumPy's."""
+    x = np.arange(24.0).reshape(2, 3, 4)
+    t = t_(x, dev)
+    assert t[1].shape == (1, 3, 4)
+    assert t[:, -1].shape == (2, 1, 4)
+    assert t[0, 1:, -1].shape == (1, 2, 1)
+    np.testing.assert_array_equal(t[-1, 2].numpy(), x[-1:, 2:3])
+    assert t[None, 1].shape == (1, 1, 3, 4)
+    assert t[..., 0].shape == (2, 3, 1)
+    assert S.getitem(t, 1).shape == (3, 4)  # NumPy's rule through the op
+    assert t[[0, 1], 0].shape == (2, 4)  # advanced indexing: NumPy's rule
+    assert [r.shape for r in t] == [(3, 4), (3, 4)]  # iteration yields NumPy's rows
+    with pytest.raises(IndexError, match=r"GetItem: index 2 is out of range \[-2, 2\) for axis 0"):
+        t[2]
+    with pytest.raises(IndexError, match="for axis 2"):
+        t[0, 0, -5]
 
 
 @pytest.mark.parametrize("key", KEYS, ids=str)

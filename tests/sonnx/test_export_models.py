@@ -88,7 +88,7 @@ class Recurrent(model.Model):
 
     def forward(self, x):
         y, h, c = self.lstm(x)
-        steps, hg = self.gru([y[t] for t in range(y.shape[0])])
+        steps, hg = self.gru(list(y))  # the steps, each without the time axis
         z, hr = self.rnn(ops.transpose(ops.cat([ops.unsqueeze(s, 0) for s in steps], 0), (1, 0, 2)))
         return self.fc(ops.cat([h, c, hg, hr], 1)), z
 

@@ -349,7 +349,7 @@ CASES = [
             ops.max_pool2d(x, 3, 2, 1),
             ops.max_pool2d(x, 2, 2, 0, ceil_mode=True),
             ops.max_pool2d(x, (2, 3), 1, (0, 1, 1, 0), dilation=2),
-            ops.max_pool1d(x[:, :, 0], 3, 2),
+            ops.max_pool1d(ops.getitem(x, (slice(None), slice(None), 0)), 3, 2),
         ],
         [f32(2, 3, 7, 8)],
     ),
@@ -359,7 +359,7 @@ CASES = [
             ops.avg_pool2d(x, 3, 2, 1),
             ops.avg_pool2d(x, 3, 2, 1, count_include_pad=False),
             ops.avg_pool2d(x, 2, 2, 0, ceil_mode=True),
-            ops.avg_pool1d(x[:, :, 0], 3, 2, 1, count_include_pad=False),
+            ops.avg_pool1d(ops.getitem(x, (slice(None), slice(None), 0)), 3, 2, 1, count_include_pad=False),
         ],
         [f32(2, 3, 7, 8)],
     ),
@@ -430,7 +430,7 @@ def _rnn_cases():
             lambda x, h: [
                 *ops.rnn(x, h, *p(1)),
                 *ops.rnn(x, h, *p(1), nonlinearity="relu", reverse=True),
-                ops.rnn_cell(x[0], h, *p(1)),
+                ops.rnn_cell(ops.getitem(x, 0), h, *p(1)),
             ],
             [x, h0],
         ),
@@ -439,7 +439,7 @@ def _rnn_cases():
             lambda x, h, c: [
                 *ops.lstm(x, h, c, *p(4)),
                 *ops.lstm(x, h, c, *p(4), reverse=True),
-                *ops.lstm_cell(x[1], h, c, *p(4)),
+                *ops.lstm_cell(ops.getitem(x, 1), h, c, *p(4)),
             ],
             [x, h0, c0],
         ),
@@ -448,7 +448,7 @@ def _rnn_cases():
             lambda x, h, c: [
                 *ops.lstm(x, h, c, *p(4), P=_t(peep)),
                 *ops.lstm(x, h, c, *p(4), reverse=True, P=_t(peep)),
-                *ops.lstm_cell(x[1], h, c, *p(4), P=_t(peep)),
+                *ops.lstm_cell(ops.getitem(x, 1), h, c, *p(4), P=_t(peep)),
             ],
             [x, h0, c0],
         ),
@@ -457,7 +457,7 @@ def _rnn_cases():
             lambda x, h: [
                 *ops.gru(x, h, *p(3)),
                 *ops.gru(x, h, *p(3), linear_before_reset=False, reverse=True),
-                ops.gru_cell(x[2], h, *p(3), linear_before_reset=False),
+                ops.gru_cell(ops.getitem(x, 2), h, *p(3), linear_before_reset=False),
             ],
             [x, h0],
         ),
