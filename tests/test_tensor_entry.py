@@ -6,44 +6,11 @@ checked to move values through the backend, never through an implicit conversion
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 import pytest
+from pretend_device import BoxBackend, Boxed
 
 from singa_lite import backend, device, tensor
-
-
-class Boxed:
-    """An array of a pretend device: a dtype, a shape, and no implicit NumPy conversion."""
-
-    def __init__(self, arr: np.ndarray) -> None:
-        self.arr = np.array(arr)
-        a = self.arr
-        self.dtype, self.shape, self.ndim, self.size = a.dtype, a.shape, a.ndim, a.size
-
-    def reshape(self, *shape: Any) -> Boxed:
-        return Boxed(self.arr.reshape(*shape))
-
-    def __array__(self, *args: Any, **kwargs: Any) -> np.ndarray:
-        raise TypeError("Implicit conversion to a NumPy array is not allowed")
-
-
-class BoxBackend:
-    name = "boxes"
-    xp = np
-
-    @staticmethod
-    def is_array(a: Any) -> bool:
-        return isinstance(a, Boxed)
-
-    @staticmethod
-    def to_numpy(a: Boxed) -> np.ndarray:
-        return a.arr.copy()
-
-    @staticmethod
-    def raise_deferred() -> None:
-        pass
 
 
 @pytest.fixture

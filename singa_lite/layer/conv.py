@@ -43,6 +43,20 @@ def _padding4(padding: Any) -> tuple[int, int, int, int]:
 _PAD_MODES = ("NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID")
 
 
+def _legacy_form(name: str, first: Any, second: Any, args: tuple, stride: Any, padding: Any) -> tuple:
+    """``(in_channels, nb_kernels, kernel_size, stride, padding)`` of a conv layer's arguments:
+    ``(nb_kernels, kernel_size)``, or SINGA's legacy ``(in_channels, out_channels, kernel_size
+    [, stride[, padding]])`` when positional arguments follow (in_channels is then checked)."""
+    if not args:
+        return None, first, second, stride, padding
+    if len(args) > 3:
+        raise ArgumentError(f"{name}: too many positional arguments {(first, second, *args)}")
+    count(name, "in_channels", first)
+    stride = args[1] if len(args) > 1 else stride
+    padding = args[2] if len(args) > 2 else padding
+    return first, second, args[0], stride, padding
+
+
 class Conv2d(Layer):
     """2-D convolution. ``Conv2d(nb_kernels, kernel_size, stride=1, padding=0, ...)``.
 
@@ -66,16 +80,10 @@ class Conv2d(Layer):
         **kwargs: Any,
     ) -> None:
         super().__init__()
-        self.in_channels = None
-        if args:  # legacy Conv2d(in_channels, out_channels, kernel_size, stride, padding)
-            self.in_channels, nb_kernels, kernel_size = nb_kernels, kernel_size, args[0]
-            if len(args) > 1:
-                stride = args[1]
-            if len(args) > 2:
-                padding = args[2]
         me = type(self).__name__
-        if self.in_channels is not None:
-            count(me, "in_channels", self.in_channels)
+        self.in_channels, nb_kernels, kernel_size, stride, padding = _legacy_form(
+            me, nb_kernels, kernel_size, args, stride, padding
+        )
         self.pad_mode = choice(me, "pad_mode", pad_mode, _PAD_MODES)
         self.activation = choice(me, "activation", activation, ("NOTSET", "RELU"))
         self.nb_kernels = count(me, "nb_kernels", nb_kernels)
@@ -136,16 +144,9 @@ class SeparableConv2d(Layer):
         bias: bool = False,
     ) -> None:
         super().__init__()
-        self.in_channels = None
-        if args:  # legacy SeparableConv2d(in_channels, out_channels, kernel_size, stride, padding)
-            self.in_channels, nb_kernels, kernel_size = nb_kernels, kernel_size, args[0]
-            if len(args) > 1:
-                stride = args[1]
-            if len(args) > 2:
-                padding = args[2]
-            if len(args) > 3:
-                raise ArgumentError(f"SeparableConv2d: too many positional arguments {(nb_kernels, *args)}")
-            count("SeparableConv2d", "in_channels", self.in_channels)
+        self.in_channels, nb_kernels, kernel_size, stride, padding = _legacy_form(
+            "SeparableConv2d", nb_kernels, kernel_size, args, stride, padding
+        )
         self.nb_kernels = count("SeparableConv2d", "nb_kernels", nb_kernels)
         counts("SeparableConv2d", "kernel_size", kernel_size, 1)
         counts("SeparableConv2d", "stride", stride, 1)
@@ -186,12 +187,9 @@ class Conv1d(Layer):
         bias: bool = True,
     ) -> None:
         super().__init__()
-        self.in_channels = None
-        if args:  # Conv1d(in_channels, out_channels, kernel_size[, stride[, padding]])
-            self.in_channels, nb_kernels, kernel_size = nb_kernels, kernel_size, args[0]
-            stride = args[1] if len(args) > 1 else stride
-            padding = args[2] if len(args) > 2 else padding
-            count("Conv1d", "in_channels", self.in_channels)
+        self.in_channels, nb_kernels, kernel_size, stride, padding = _legacy_form(
+            "Conv1d", nb_kernels, kernel_size, args, stride, padding
+        )
         self.nb_kernels = count("Conv1d", "nb_kernels", nb_kernels)
         self.kernel_size = count("Conv1d", "kernel_size", kernel_size)
         self.stride = count("Conv1d", "stride", stride)

@@ -14,6 +14,7 @@ import numpy as np
 import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
+from pretend_device import BoxBackend, Boxed
 
 from singa_lite import autograd, backend, device, tensor
 from singa_lite.errors import OnnxError
@@ -175,46 +176,13 @@ def test_inputs_are_copied_so_a_run_never_writes_into_them() -> None:
     assert not np.shares_memory(y.numpy(), x)
 
 
-class _Boxed:
-    """An array of a pretend device: it has a dtype and a shape, and NumPy cannot read it."""
-
-    def __init__(self, arr: np.ndarray) -> None:
-        self.arr = arr
-        self.dtype, self.shape, self.ndim = arr.dtype, arr.shape, arr.ndim
-
-    def astype(self, dtype: Any, copy: bool = True) -> _Boxed:
-        return _Boxed(self.arr.astype(dtype, copy=copy))
-
-    def __array__(self, *args: Any, **kwargs: Any) -> np.ndarray:
-        raise TypeError("Implicit conversion to a NumPy array is not allowed")
-
-
-class _BoxBackend:
-    """The pretend device's backend: ``_Boxed`` arrays, read through ``to_numpy``."""
-
-    name = "boxes"
-    xp = np
-
-    def __getattr__(self, attr: str) -> Any:
-        # Anything else as the NumPy backend does it; device-only hooks do nothing here.
-        return getattr(backend.get("numpy"), attr, lambda *args, **kwargs: None)
-
-    @staticmethod
-    def is_array(a: Any) -> bool:
-        return isinstance(a, _Boxed)
-
-    @staticmethod
-    def to_numpy(a: _Boxed) -> np.ndarray:
-        return a.arr.copy()
-
-
 @pytest.mark.parametrize("as_list", [False, True])
 def test_arrays_of_another_backend_are_accepted(monkeypatch: pytest.MonkeyPatch, as_list: bool) -> None:
     """A CuPy array given for a run elsewhere (here: a pretend device's array for a CPU run)
     goes through its backend, never through ``np.asarray``, and is one input when alone."""
-    monkeypatch.setitem(backend._BACKENDS, _BoxBackend.name, _BoxBackend())
+    monkeypatch.setitem(backend._BACKENDS, BoxBackend.name, BoxBackend())
     x = np.arange(6, dtype=np.float32).reshape(2, 3)
-    (y,) = prepare(_double()).run([_Boxed(x)] if as_list else _Boxed(x))
+    (y,) = prepare(_double()).run([Boxed(x)] if as_list else Boxed(x))
     np.testing.assert_array_equal(y.numpy(), 2 * x)
 
 

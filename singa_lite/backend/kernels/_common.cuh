@@ -44,3 +44,21 @@ __device__ __forceinline__ T singa_scalar(const T* __restrict__ ptr, T value) {
 #define SINGA_FOR(i, n)                                                                  \
     for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < (n);        \
          i += (long long)gridDim.x * blockDim.x)
+
+// A flat index over (planes, d0, d1, d2) as its plane and its three coordinates (the pool
+// kernels walk every output cell, or every input cell, of every plane this way).
+struct SingaCell {
+    long long plane;
+    int i0, i1, i2;
+};
+__device__ __forceinline__ SingaCell singa_cell_of(long long flat, int d0, int d1, int d2) {
+    const long long per_plane = (long long)d0 * d1 * d2;
+    SingaCell cell;
+    cell.plane = flat / per_plane;
+    long long r = flat - cell.plane * per_plane;
+    cell.i2 = r % d2;
+    r /= d2;
+    cell.i1 = r % d1;
+    cell.i0 = r / d1;
+    return cell;
+}

@@ -50,12 +50,9 @@ __global__ void singa_max_pool_fwd(const T* __restrict__ x, T* __restrict__ y,
     const long long in_plane = (long long)size0 * size1 * size2;
     const long long out_plane = (long long)out0 * out1 * out2;
     SINGA_FOR(o, planes * out_plane) {
-        const long long c = o / out_plane;
-        long long r = o - c * out_plane;
-        const int o2 = r % out2;
-        r /= out2;
-        const int o1 = r % out1;
-        const int o0 = r / out1;
+        const SingaCell cell = singa_cell_of(o, out0, out1, out2);
+        const long long c = cell.plane;
+        const int o0 = cell.i0, o1 = cell.i1, o2 = cell.i2;
         const T* xc = x + c * in_plane;
         T best = -singa_inf<T>();
         int best_tap = 0, tap = 0;
@@ -93,12 +90,9 @@ __global__ void singa_max_pool_bwd(const T* __restrict__ dy, const A* __restrict
     const long long in_plane = (long long)size0 * size1 * size2;
     const long long out_plane = (long long)out0 * out1 * out2;
     SINGA_FOR(e, planes * in_plane) {
-        const long long c = e / in_plane;
-        long long r = e - c * in_plane;
-        const int z2 = r % size2;
-        r /= size2;
-        const int z1 = r % size1;
-        const int z0 = r / size1;
+        const SingaCell cell = singa_cell_of(e, size0, size1, size2);
+        const long long c = cell.plane;
+        const int z0 = cell.i0, z1 = cell.i1, z2 = cell.i2;
         const T* dyc = dy + c * out_plane;
         const A* ac = arg + c * out_plane;
         T acc = T(0);
@@ -130,12 +124,9 @@ __global__ void singa_avg_pool_fwd(const T* __restrict__ x, T* __restrict__ y, l
     const long long in_plane = (long long)size0 * size1 * size2;
     const long long out_plane = (long long)out0 * out1 * out2;
     SINGA_FOR(o, planes * out_plane) {
-        const long long c = o / out_plane;
-        long long r = o - c * out_plane;
-        const int o2 = r % out2;
-        r /= out2;
-        const int o1 = r % out1;
-        const int o0 = r / out1;
+        const SingaCell cell = singa_cell_of(o, out0, out1, out2);
+        const long long c = cell.plane;
+        const int o0 = cell.i0, o1 = cell.i1, o2 = cell.i2;
         const T* xc = x + c * in_plane;
         T acc = T(0);
         bool first = true;
@@ -170,12 +161,9 @@ __global__ void singa_avg_pool_bwd(const T* __restrict__ dy, T* __restrict__ dx,
     const long long in_plane = (long long)size0 * size1 * size2;
     const long long out_plane = (long long)out0 * out1 * out2;
     SINGA_FOR(e, planes * in_plane) {
-        const long long c = e / in_plane;
-        long long r = e - c * in_plane;
-        const int z2 = r % size2;
-        r /= size2;
-        const int z1 = r % size1;
-        const int z0 = r / size1;
+        const SingaCell cell = singa_cell_of(e, size0, size1, size2);
+        const long long c = cell.plane;
+        const int z0 = cell.i0, z1 = cell.i1, z2 = cell.i2;
         const T* dyc = dy + c * out_plane;
         T acc = T(0);
         for (int i0 = 0; i0 < k0; ++i0) {
