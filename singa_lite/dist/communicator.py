@@ -15,12 +15,15 @@ from __future__ import annotations
 import abc
 import json
 import sys
+import time
 from typing import Any
 
 import numpy as np
 
 from singa_lite.dist.launch import detect_world
 from singa_lite.errors import DistributedError
+
+_ABORT_GRACE_S = 0.5  # fatal path only
 
 
 class Communicator(abc.ABC):
@@ -318,6 +321,9 @@ def _install_abort_hook(comm: MPICommunicator) -> None:
         previous(kind, value, tb)
         sys.stderr.write(f"[rank {comm.global_rank}] uncaught {kind.__name__}: aborting the MPI job\n")
         sys.stderr.flush()
+        # mpiexec forwards stderr through a pipe and stops forwarding when the abort reaches
+        # it: a moment's pause lets the traceback above leave before the job is torn down.
+        time.sleep(_ABORT_GRACE_S)
         comm.abort(1)
 
     sys.excepthook = abort_job

@@ -6,6 +6,7 @@ with a one-process reference are written to ``<out dir>/rank<r>.npz``.
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -129,6 +130,11 @@ SCENARIOS = {f.__name__: f for f in (collectives, exact, fail, mismatch, checkpo
 
 if __name__ == "__main__":
     scenario, out_dir = sys.argv[1], Path(sys.argv[2])
+    if scenario == "fail":
+        # The process manager forwards stderr through a pipe and may kill its forwarder on
+        # MPI_Abort before the pipe drains; a file per rank keeps what the hook wrote.
+        rank_err = out_dir / f"rank{os.environ.get('PMI_RANK', '?')}.stderr"
+        os.dup2(os.open(rank_err, os.O_WRONLY | os.O_CREAT | os.O_TRUNC), 2)
     world = dist.get_communicator()
     assert world.world_size == 2, f"expected 2 ranks, got {world}"
     SCENARIOS[scenario](world, out_dir)
