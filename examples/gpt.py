@@ -22,7 +22,6 @@ from pathlib import Path
 import numpy as np
 
 from singa_lite import autograd, data, device, layer, model, opt, tensor
-from singa_lite.clip_grad import ClipGradNorm
 
 
 class GPT(model.Model):
@@ -194,6 +193,7 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--warmup", type=int, default=50)
     p.add_argument("--weight-decay", type=float, default=0.1)
     p.add_argument("--clip", type=float, default=1.0)
+    p.add_argument("--accumulate", type=int, default=1, help="micro-batches per update")
     p.add_argument("--eval-every", type=int, default=100)
     p.add_argument("--out", type=Path, default=Path("gpt_run"), help="checkpoint, plot and ONNX go here")
     p.add_argument("--fresh", action="store_true", help="ignore an existing checkpoint")
@@ -207,7 +207,14 @@ def build(args: argparse.Namespace, vocab: int) -> tuple[GPT, tensor.Tensor, ten
     m = GPT(vocab, args.context, args.width, args.depth, args.heads, args.dropout)
     decay_steps = max(args.steps - args.warmup, 1)
     schedule = opt.CosineDecay(args.lr, decay_steps, alpha=0.1, warmup_steps=args.warmup)
-    m.set_optimizer(ClipGradNorm(opt.AdamW(lr=schedule, weight_decay=args.weight_decay), args.clip))
+    adamw = opt.AdamW(
+        lr=schedule,
+        weight_decay=args.weight_decay,
+        no_decay=opt.biases_and_norms,  # decay the matrices only
+        clip_norm=args.clip,
+        accumulate=args.accumulate,
+    )
+    m.set_optimizer(adamw)
     tx = tensor.Tensor((args.batch_size, args.context), dtype=tensor.int32)
     ty = tensor.Tensor((args.batch_size * args.context,), dtype=tensor.int32)
     m.compile([tx], is_train=True, use_graph=True)

@@ -1,7 +1,9 @@
 """Gradient clipping by global norm, and an optimizer wrapper that clips in every step.
 
-``ClipGradNorm(optimizer, max_norm)`` is what a model is given instead of the optimizer
-(``model.set_optimizer(ClipGradNorm(opt.AdamW(...), 1.0))``): its step runs backward, scales
+Every optimizer clips when built with ``clip_norm`` (``opt.AdamW(..., clip_norm=1.0)``), using
+:func:`clip_grad_norm`. ``ClipGradNorm(optimizer, max_norm)`` does the same for an optimizer
+built elsewhere: a model is given it instead of the optimizer
+(``model.set_optimizer(ClipGradNorm(adamw, 1.0))``); its step runs backward, scales
 all gradients together so their global L2 norm is at most ``max_norm``, then lets the wrapped
 optimizer apply them and advance. The step goes through ``autograd.run_step``, so graph mode
 records and replays it whole; the norm is computed and applied on the device, with no host
@@ -78,7 +80,7 @@ class ClipGradNorm:
     """
 
     def __init__(self, optimizer: Any, max_norm: float) -> None:
-        if not hasattr(optimizer, "update") or not hasattr(optimizer, "step"):
+        if not hasattr(optimizer, "update_all"):
             raise ArgumentError(
                 f"ClipGradNorm: expects an opt.Optimizer to wrap, got {type(optimizer).__name__}"
             )
@@ -115,9 +117,8 @@ class ClipGradNorm:
         if not pairs:
             return
         grads, self.last_norm = clip_grad_norm([g for _, g in pairs], self.max_norm)
-        for (p, _), g in zip(pairs, grads):
-            self.opt.update(p, g)
-        self.opt.step()
+        # The wrapped optimizer's own options (accumulation, its clip_norm) act on the result.
+        self.opt.update_all([(p, g) for (p, _), g in zip(pairs, grads)])
 
     def get_states(self) -> dict:
         return self.opt.get_states()

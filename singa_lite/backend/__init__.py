@@ -56,6 +56,12 @@ _host_read_counters: list[collections.Counter] = []
 _capture: Any = None  # the cuda_graph.StepGraph capturing a step, if one is
 
 
+def capturing() -> bool:
+    """Whether a training step is being captured into a CUDA graph right now: code that
+    branches on host state per step cannot be captured (the graph would freeze one branch)."""
+    return _capture is not None
+
+
 def step_scalar(xp: Any, dtype: Any, key: Any, value: Callable[[], Any]) -> Any:
     """A value that changes from one training step to the next (a scheduled learning rate,
     Adam's bias corrections, the random generator's counter) as a kernel operand.

@@ -151,6 +151,11 @@ class DistOpt:
         self._apply_all(params, plan)
 
     def _partial_update(self, loss: Tensor, threshold: int) -> None:
+        if self.opt.accumulate > 1 or self.opt.clip_norm is not None:
+            raise OptimizerError(
+                "backward_and_partial_update applies each rank's own gradients at once; it cannot "
+                "clip or accumulate them (build the optimizer without clip_norm/accumulate)"
+            )
         params = []
         for p, g in autograd.backward(loss):
             self.opt.apply(_name_of(p), p, g)
@@ -222,11 +227,13 @@ class DistOpt:
         return comm, plan
 
     def _apply_all(self, params: list, plan: FusionPlan) -> None:
-        for group, bucket in plan:
-            for i, g in zip(group, bucket.views()):
-                p = params[i]
-                self.opt.apply(_name_of(p), p, Tensor._wrap(g, p.device, False, None, 0))
-        self.opt.step()
+        # The wrapped optimizer's step options (clipping, accumulation) act on the averages.
+        pairs = [
+            (params[i], Tensor._wrap(g, params[i].device, False, None, 0))
+            for group, bucket in plan
+            for i, g in zip(group, bucket.views())
+        ]
+        self.opt.update_all(pairs)
 
     def _average(self, buf: Any) -> None:
         if self.world_size > 1:

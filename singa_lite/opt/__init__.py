@@ -35,7 +35,7 @@ from __future__ import annotations
 from typing import Any
 
 from singa_lite.errors import OptimizerError
-from singa_lite.opt.optimizer import Optimizer
+from singa_lite.opt.optimizer import Optimizer, biases_and_norms
 from singa_lite.opt.schedules import Constant, CosineDecay, DecayScheduler, ExponentialDecay, StepDecay
 from singa_lite.opt.updates import SGD, AdaGrad, Adam, AdamW, RMSProp
 
@@ -52,6 +52,7 @@ __all__ = [
     "OptimizerError",
     "RMSProp",
     "StepDecay",
+    "biases_and_norms",
 ]
 
 

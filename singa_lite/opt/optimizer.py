@@ -9,17 +9,19 @@ resumed run needs to continue bit for bit.
 
 from __future__ import annotations
 
+import fnmatch
 import weakref
 from collections.abc import Mapping
 from typing import Any
 
 from singa_lite import autograd, backend, tensor
+from singa_lite.clip_grad import clip_grad_norm
 from singa_lite.device import device_of_array
 from singa_lite.errors import ArgumentError, DTypeError, OptimizerError, ShapeError, StateMismatchError
-from singa_lite.opt.schedules import DecayScheduler, _as_schedule, _real, _step_number
+from singa_lite.opt.schedules import DecayScheduler, _as_schedule, _count, _real, _step_number
 from singa_lite.tensor import Tensor
 
-__all__ = ["Optimizer"]
+__all__ = ["Optimizer", "biases_and_norms"]
 
 
 class Optimizer:
@@ -32,20 +34,57 @@ class Optimizer:
     compatibility; updates always run in each parameter's own dtype. Subclasses list their
     slot dictionaries in ``slot_names`` and their hyperparameters in ``hyperparam_names``,
     validate them in ``_check_hyperparams`` and define ``apply``.
+
+    Every optimizer takes three keyword-only step options, saved and restored by
+    ``get_states``/``set_states`` (and so by checkpoints):
+
+    - ``clip_norm``: before applying, scale all gradients together to a global L2 norm of at
+      most this (as ``torch.nn.utils.clip_grad_norm_``); on the device, so graph mode and CUDA
+      graphs keep it. ``last_norm`` holds the norm before scaling.
+    - ``accumulate=k``: each ``opt(loss)`` adds its gradients into the ``accum`` slots and only
+      every ``k``-th one updates, with their mean (``micro_step`` counts the micro-batches);
+      ``step_counter`` and the schedule count updates. The per-step branch runs on the host, so
+      graph mode replays such a step op by op instead of as a CUDA graph.
+    - ``no_decay``: the params ``weight_decay`` leaves alone: name patterns (``"*.b"``) or a
+      predicate ``(name, param) -> bool`` such as :func:`biases_and_norms`.
+
+    ``opt.update``/``apply`` update one param at once: the options act on whole steps.
     """
 
     slot_names: tuple[str, ...] = ()
     hyperparam_names: tuple[str, ...] = ()
 
-    def __init__(self, lr: Any, dtype: Any = tensor.float32) -> None:
+    def __init__(
+        self,
+        lr: Any,
+        dtype: Any = tensor.float32,
+        *,
+        clip_norm: float | None = None,
+        accumulate: int = 1,
+        no_decay: Any = None,
+    ) -> None:
         self.lr = lr
         self.dtype = tensor.as_dtype(dtype)
         self.step_counter = 0
         self._unplaced: set[str] = set()  # names whose loaded slots await their param's device
         self._owners: dict[str, Any] = {}  # slot key -> weakref to the tensor whose slots they are
         self._aliases: dict[int, tuple[Any, str]] = {}  # id(tensor) -> (weakref, slot key)
+        self.last_norm: Tensor | None = None  # the global gradient norm of the latest clipped step
+        self._configure(_clip_norm(clip_norm), _count("accumulate", accumulate, 1), _no_decay(no_decay))
         for slot in self.slot_names:
             setattr(self, slot, {})
+
+    def _configure(self, clip_norm: float | None, accumulate: int, no_decay: Any) -> None:
+        """Set the step options; accumulating adds the ``accum`` slot (saved like the others)."""
+        self.clip_norm, self.accumulate, self.no_decay = clip_norm, accumulate, no_decay
+        self.micro_step = 0  # micro-batches accumulated since the last update
+        self._window: dict[str, Tensor] = {}  # slot key -> param, of this accumulation window
+        self._exempt: dict[str, bool] = {}  # slot key -> excluded from weight decay (decided once)
+        self._loaded_window: set[str] = set()  # keys whose sums a checkpoint restored mid-window
+        own = type(self).slot_names
+        self.slot_names = (*own, "accum") if accumulate > 1 else own
+        if accumulate > 1 and not hasattr(self, "accum"):
+            self.accum: dict[str, Any] = {}
 
     @property
     def lr(self) -> DecayScheduler:
@@ -71,9 +110,79 @@ class Optimizer:
         autograd.run_step(self._backward_and_update, loss)
 
     def _backward_and_update(self, loss: Tensor) -> None:
-        for p, g in autograd.backward(loss):
+        if self.accumulate == 1 and self.clip_norm is None:
+            # Each gradient is applied as the backward walk yields it, so it can be freed early.
+            for p, g in autograd.backward(loss):
+                self.apply(self._name_of(p), p, g)
+            self.step()
+            return
+        self.update_all(list(autograd.backward(loss)))
+
+    def update_all(self, pairs: list[tuple[Tensor, Any]]) -> None:
+        """Accumulate, clip and apply one backward's ``(param, grad)`` pairs, then ``step()``.
+
+        The end of every update path (``DistOpt`` calls it with the averaged gradients). With
+        ``accumulate=k`` the first ``k - 1`` calls of a window only add the gradients into the
+        ``accum`` slots; the ``k``-th applies their mean. With ``clip_norm`` the gradients
+        applied are first scaled together to that global L2 norm (``last_norm`` keeps the norm
+        before scaling, on the device).
+        """
+        if self.accumulate > 1:
+            if backend.capturing():
+                # A CUDA graph would freeze whichever branch the captured step took.
+                raise OptimizerError(
+                    f"{type(self).__name__}(accumulate={self.accumulate}) decides on the host "
+                    "whether a step updates, so it cannot be captured into a CUDA graph"
+                )
+            pairs = self._accumulated(pairs)
+            if not pairs:
+                return
+        if self.clip_norm is not None and pairs:
+            grads, self.last_norm = clip_grad_norm([g for _, g in pairs], self.clip_norm)
+            pairs = [(p, g) for (p, _), g in zip(pairs, grads)]
+        for p, g in pairs:
             self.apply(self._name_of(p), p, g)
         self.step()
+
+    def _accumulated(self, pairs: list[tuple[Tensor, Any]]) -> list[tuple[Tensor, Any]]:
+        """Add ``pairs`` into the window's sums; at its last micro-batch, the mean gradients."""
+        for p, g in pairs:
+            key = self._slot_key(self._name_of(p), p)
+            if key in self._unplaced:
+                self._place(key, p)
+            arr = g.data if isinstance(g, Tensor) else g
+            acc = self.accum.get(key)
+            if acc is None or acc.shape != arr.shape or acc.dtype != arr.dtype:
+                acc = self.accum[key] = p.device.xp.zeros_like(arr)
+            if key in self._window or key in self._loaded_window:
+                acc += arr
+            else:  # the first gradient of this window (a param may miss some micro-batches)
+                acc[...] = arr
+            self._window[key] = p
+        self.micro_step += 1
+        if self.micro_step < self.accumulate:
+            return []
+        window, self._window, self.micro_step = self._window, {}, 0
+        self._loaded_window = set()  # a loaded sum whose param never came again is dropped
+        out = []
+        for key, p in window.items():
+            acc = self.accum[key]
+            acc /= acc.dtype.type(self.accumulate)
+            out.append((p, Tensor._wrap(acc, p.device, False, None, 0)))
+        return out
+
+    def _weight_decay(self, key: str, param: Tensor) -> float:
+        """This optimizer's ``weight_decay`` for the param of slot key ``key``: 0 where
+        ``no_decay`` exempts it (decided by ``_prepare`` on the param's first update)."""
+        wd = float(getattr(self, "weight_decay", 0.0))
+        return 0.0 if wd and self._exempt.get(key) else wd
+
+    def _decide_exemption(self, key: str, name: str, param: Tensor) -> None:
+        rule = self.no_decay
+        if callable(rule):
+            self._exempt[key] = bool(rule(name, param))
+        else:
+            self._exempt[key] = any(fnmatch.fnmatchcase(name, pat) for pat in rule)
 
     def update(self, param: Tensor, grad: Tensor) -> None:
         """SINGA's older per-parameter entry point: ``apply(param.name, param, grad)``."""
@@ -104,30 +213,51 @@ class Optimizer:
 
     # -- states ----------------------------------------------------------------------------
     def get_states(self) -> dict:
-        """A snapshot: ``{'step_counter': n, 'lr': schedule states, 'hyperparams': {...},
-        'optimizer': class name, <slot>: {param name: Tensor}}`` (slot tensors are copies)."""
+        """A snapshot: ``{'optimizer': class name, 'step_counter': n, 'lr': schedule states,
+        'hyperparams': {...}, 'options': {...}, <slot>: {param name: Tensor}}`` (slot tensors
+        are copies). ``options`` holds the step options and where an accumulation window is:
+        ``clip_norm``, ``accumulate``, ``micro_step``, ``no_decay`` (the name patterns, or None
+        for a predicate or none) and ``decay_exempt`` (the decision made for every param so far).
+        """
         states: dict[str, Any] = {
             "optimizer": type(self).__name__,
             "step_counter": self.step_counter,
             "lr": self.lr.get_states(),
             "hyperparams": self._hyperparams(),
+            "options": {
+                "clip_norm": self.clip_norm,
+                "accumulate": self.accumulate,
+                "micro_step": self.micro_step,
+                "no_decay": list(self.no_decay) if isinstance(self.no_decay, tuple) else None,
+                "decay_exempt": dict(sorted(self._exempt.items())),
+            },
         }
         for slot in self.slot_names:
-            states[slot] = {name: _snapshot(arr) for name, arr in getattr(self, slot).items()}
+            values = getattr(self, slot)
+            if slot == "accum":  # only the sums of the window in progress mean anything
+                pending = {*self._window, *self._loaded_window} if self.micro_step else set()
+                values = {k: v for k, v in values.items() if k in pending}
+            states[slot] = {name: _snapshot(arr) for name, arr in values.items()}
         return states
 
     def set_states(self, states: Mapping) -> None:
         """Restore what ``get_states`` returned; slots go to their param's device on its next apply.
 
-        Slot values may be Tensors or arrays from any device. Absent ``lr``/``hyperparams``
-        (as in SINGA's own states) keep the current ones; an absent slot key means no slots.
+        Slot values may be Tensors or arrays from any device. Absent ``lr``/``hyperparams``/
+        ``options`` (as in SINGA's own states) keep the current ones; an absent slot key means no
+        slots. Saved ``no_decay`` patterns replace the current ones; where a predicate was used
+        the saved decisions hold for the params they name and the current predicate decides the
+        rest.
         """
         me = type(self).__name__
         if not isinstance(states, Mapping):
             raise ArgumentError(
                 f"{me}.set_states: expects the dict get_states() returned, got {type(states).__name__}"
             )
-        for key in ("hyperparams", *self.slot_names):
+        options = self._options_in(states.get("options"))
+        accumulate = options[1] if options else self.accumulate
+        slot_names = (*type(self).slot_names, "accum") if accumulate > 1 else type(self).slot_names
+        for key in ("hyperparams", *slot_names):
             if not isinstance(states.get(key, {}), Mapping):
                 raise StateMismatchError(
                     f"{me}.set_states: {key!r} must be a dict, got {type(states[key]).__name__}"
@@ -135,7 +265,7 @@ class Optimizer:
         kind = states.get("optimizer", me)
         if kind != type(self).__name__:
             raise StateMismatchError(f"cannot load {kind} optimizer states into {type(self).__name__}")
-        known = {"optimizer", "step_counter", "lr", "hyperparams", *self.slot_names}
+        known = {"optimizer", "step_counter", "lr", "hyperparams", "options", *slot_names}
         unexpected = sorted(set(states) - known)
         if unexpected or "step_counter" not in states:
             raise StateMismatchError(
@@ -150,14 +280,46 @@ class Optimizer:
         if unknown:
             raise StateMismatchError(f"{type(self).__name__}: unknown hyperparameters {unknown}")
         hp = self._check_hyperparams({**self._hyperparams(), **hp_in})
-        slots = {s: {str(n): _copy_array(v) for n, v in states.get(s, {}).items()} for s in self.slot_names}
+        slots = {s: {str(n): _copy_array(v) for n, v in states.get(s, {}).items()} for s in slot_names}
         # Everything is validated: commit.
+        if options is not None:
+            clip_norm, accumulate, no_decay, micro_step, exempt = options
+            self._configure(clip_norm, accumulate, self.no_decay if no_decay is None else no_decay)
+            self.micro_step, self._exempt = micro_step, exempt
         self.step_counter, self.lr = step, lr
         self._set_hyperparams(hp)
         for slot, values in slots.items():
             setattr(self, slot, values)
+        self._window, self._loaded_window = {}, set(slots.get("accum", ())) if self.micro_step else set()
         self._unplaced = {name for values in slots.values() for name in values}
         self._owners, self._aliases = {}, {}  # loaded slots go to the first tensor of each name
+
+    def _options_in(self, saved: Any) -> tuple | None:
+        """The validated ``options`` entry of saved states, or None where there is none."""
+        if saved is None:
+            return None
+        me = type(self).__name__
+        fields = {"clip_norm", "accumulate", "micro_step", "no_decay", "decay_exempt"}
+        if not isinstance(saved, Mapping) or set(saved) != fields:
+            got = sorted(saved) if isinstance(saved, Mapping) else type(saved).__name__
+            raise StateMismatchError(f"{me}: saved 'options' need the keys {sorted(fields)}; got {got}")
+        exempt = saved["decay_exempt"]
+        if not isinstance(exempt, Mapping) or not all(isinstance(v, bool) for v in exempt.values()):
+            raise StateMismatchError(f"{me}.set_states: 'decay_exempt' must map param names to booleans")
+        try:
+            accumulate = _count("accumulate", saved["accumulate"], 1)
+            micro_step = _count("micro_step", saved["micro_step"], 0)
+            if micro_step >= accumulate:
+                raise OptimizerError(f"micro_step {micro_step} is not below accumulate {accumulate}")
+            return (
+                _clip_norm(saved["clip_norm"]),
+                accumulate,
+                None if saved["no_decay"] is None else _no_decay(saved["no_decay"]),
+                micro_step,
+                {str(k): v for k, v in exempt.items()},
+            )
+        except (ArgumentError, OptimizerError) as e:
+            raise StateMismatchError(f"{me}.set_states: bad options: {e}") from None
 
     # -- helpers for apply -----------------------------------------------------------------
     @staticmethod
@@ -198,6 +360,8 @@ class Optimizer:
         key = self._slot_key(name, param)
         if key in self._unplaced:
             self._place(key, param)
+        if self.no_decay is not None and key not in self._exempt:
+            self._decide_exemption(key, name, param)
         return key, p, g, param.device.xp, p.dtype.type
 
     def _slot_key(self, name: str, param: Tensor) -> str:
@@ -262,3 +426,31 @@ def _copy_array(value: Any) -> Any:
     if isinstance(value, Tensor):
         return value.data.copy()
     return backend.get_array_module(value).array(value, copy=True)
+
+
+def _clip_norm(value: Any) -> float | None:
+    """``clip_norm`` checked: None (no clipping) or a positive finite number."""
+    return None if value is None else _real("clip_norm", value, 0.0, low_open=True)
+
+
+def _no_decay(rule: Any) -> Any:
+    """``no_decay`` checked: None, a predicate ``(name, param) -> bool``, or name patterns
+    (``fnmatch`` globs such as ``"*.b"``; one string is one pattern) kept as a tuple."""
+    if rule is None or callable(rule):
+        return rule
+    patterns = (rule,) if isinstance(rule, str) else rule
+    try:
+        patterns = tuple(patterns)
+    except TypeError:
+        patterns = None
+    if patterns is None or not all(isinstance(pat, str) for pat in patterns):
+        raise ArgumentError(
+            f"no_decay must be None, a predicate (name, param) -> bool or name patterns, got {rule!r:.60}"
+        )
+    return patterns
+
+
+def biases_and_norms(name: str, param: Tensor) -> bool:
+    """A ``no_decay`` predicate: exempt every param of fewer than two dimensions (biases, the
+    scales and shifts of norm layers), the usual rule for training transformers."""
+    return len(param.shape) < 2

@@ -1,4 +1,8 @@
-"""The update rules: SGD, Adam, AdamW, AdaGrad and RMSProp, as ``torch.optim`` computes them."""
+"""The update rules: SGD, Adam, AdamW, AdaGrad and RMSProp, as ``torch.optim`` computes them.
+
+Each also takes the step options ``clip_norm``, ``accumulate`` and ``no_decay`` as keywords
+(``**options``; see :class:`~singa_lite.opt.Optimizer`).
+"""
 
 from __future__ import annotations
 
@@ -56,8 +60,9 @@ class SGD(Optimizer):
         weight_decay: float = 0,
         nesterov: bool = False,
         dtype: Any = tensor.float32,
+        **options: Any,
     ) -> None:
-        super().__init__(lr, dtype)
+        super().__init__(lr, dtype, **options)
         self._set_hyperparams(
             {"momentum": momentum, "dampening": dampening, "weight_decay": weight_decay, "nesterov": nesterov}
         )
@@ -72,6 +77,7 @@ class SGD(Optimizer):
     def apply(self, param_name: str, param_value: Tensor, param_grad: Tensor) -> None:
         """``param_value -= lr * direction`` in place (see the class docstring)."""
         param_name, p, g, xp, c = self._prepare(param_name, param_value, param_grad)
+        wd = self._weight_decay(param_name, param_value)
         buf = self.moments.get(param_name) if self.momentum else None
         if cupy_kernels.usable(xp, p, g, *(() if buf is None else (buf,))):
             # One launch with the arithmetic of the lines below, bit for bit (kernels/optim.cu).
@@ -84,15 +90,15 @@ class SGD(Optimizer):
                 g,
                 buf,
                 self._lr_operand(xp, c),
-                weight_decay=c(self.weight_decay),
+                weight_decay=c(wd),
                 momentum=c(self.momentum),
                 undampened=c(1 - self.dampening) if self.dampening else None,
                 nesterov=self.nesterov,
                 first=first,
             )
             return
-        if self.weight_decay:
-            g = _decayed(xp, p, g, c(self.weight_decay))
+        if wd:
+            g = _decayed(xp, p, g, c(wd))
         if self.momentum:
             if buf is None:
                 buf = self.moments[param_name] = g.copy()
@@ -135,8 +141,9 @@ class Adam(Optimizer):
         epsilon: float = 1e-8,
         weight_decay: float = 0,
         dtype: Any = tensor.float32,
+        **options: Any,
     ) -> None:
-        super().__init__(lr, dtype)
+        super().__init__(lr, dtype, **options)
         self._set_hyperparams(
             {"beta_1": beta_1, "beta_2": beta_2, "epsilon": epsilon, "weight_decay": weight_decay}
         )
@@ -154,7 +161,8 @@ class Adam(Optimizer):
         b1, b2 = self.beta_1, self.beta_2
         m = self._slot(self.m, param_name, p, xp)
         v = self._slot(self.v, param_name, p, xp)
-        decoupled = bool(self.weight_decay) and self._decoupled_decay
+        wd = self._weight_decay(param_name, param_value)
+        decoupled = bool(wd) and self._decoupled_decay
         if cupy_kernels.usable(xp, p, g, m, v):
             # One launch with the arithmetic of the lines below, bit for bit (kernels/optim.cu).
             cupy_kernels.adam_update(
@@ -166,7 +174,7 @@ class Adam(Optimizer):
                 decay=self._decay(xp, c) if decoupled else c(1),
                 bc2=self._bc2(xp, c),
                 step=self._lr_bc1(xp, c),
-                weight_decay=c(self.weight_decay),
+                weight_decay=c(wd),
                 betas=(c(b1), c(1 - b1), c(b2), c(1 - b2)),
                 epsilon=c(self.epsilon),
                 decoupled=decoupled,
@@ -174,8 +182,8 @@ class Adam(Optimizer):
             return
         if decoupled:
             p *= self._decay(xp, c)
-        elif self.weight_decay:
-            g = _decayed(xp, p, g, c(self.weight_decay))
+        elif wd:
+            g = _decayed(xp, p, g, c(wd))
         s = xp.multiply(g, c(1 - b1))  # the one scratch array of this update
         m *= c(b1)
         m += s
@@ -222,8 +230,9 @@ class AdamW(Adam):
         epsilon: float = 1e-8,
         weight_decay: float = 0.01,
         dtype: Any = tensor.float32,
+        **options: Any,
     ) -> None:
-        super().__init__(lr, beta_1, beta_2, epsilon, weight_decay, dtype)
+        super().__init__(lr, beta_1, beta_2, epsilon, weight_decay, dtype, **options)
 
 
 class AdaGrad(Optimizer):
@@ -240,16 +249,22 @@ class AdaGrad(Optimizer):
     weight_decay: float
 
     def __init__(
-        self, lr: Any = 0.01, epsilon: float = 1e-10, weight_decay: float = 0, dtype: Any = tensor.float32
+        self,
+        lr: Any = 0.01,
+        epsilon: float = 1e-10,
+        weight_decay: float = 0,
+        dtype: Any = tensor.float32,
+        **options: Any,
     ) -> None:
-        super().__init__(lr, dtype)
+        super().__init__(lr, dtype, **options)
         self._set_hyperparams({"epsilon": epsilon, "weight_decay": weight_decay})
 
     def apply(self, param_name: str, param_value: Tensor, param_grad: Tensor) -> None:
         """One AdaGrad update of ``param_value`` in place (see the class docstring)."""
         param_name, p, g, xp, c = self._prepare(param_name, param_value, param_grad)
-        if self.weight_decay:
-            g = _decayed(xp, p, g, c(self.weight_decay))
+        wd = self._weight_decay(param_name, param_value)
+        if wd:
+            g = _decayed(xp, p, g, c(wd))
         h = self._slot(self.history, param_name, p, xp)
         s = xp.multiply(g, g)  # the one scratch array of this update
         h += s
@@ -277,8 +292,9 @@ class RMSProp(Optimizer):
         epsilon: float = 1e-8,
         weight_decay: float = 0,
         dtype: Any = tensor.float32,
+        **options: Any,
     ) -> None:
-        super().__init__(lr, dtype)
+        super().__init__(lr, dtype, **options)
         self._set_hyperparams({"rho": rho, "epsilon": epsilon, "weight_decay": weight_decay})
 
     def _check_hyperparams(self, hp: dict) -> dict:
@@ -290,8 +306,9 @@ class RMSProp(Optimizer):
     def apply(self, param_name: str, param_value: Tensor, param_grad: Tensor) -> None:
         """One RMSProp update of ``param_value`` in place (see the class docstring)."""
         param_name, p, g, xp, c = self._prepare(param_name, param_value, param_grad)
-        if self.weight_decay:
-            g = _decayed(xp, p, g, c(self.weight_decay))
+        wd = self._weight_decay(param_name, param_value)
+        if wd:
+            g = _decayed(xp, p, g, c(wd))
         r = self._slot(self.running_average, param_name, p, xp)
         s = xp.multiply(g, g)  # the one scratch array of this update
         s *= c(1 - self.rho)
