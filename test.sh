@@ -1,5 +1,5 @@
 #!/bin/sh
-# Set up a virtual environment in .venv (first run only), then lint, type-check and test.
+# Set up a virtual environment in .venv (first run only), then lint, type-check, build the docs and test.
 # PyTorch is used only as a reference in tests; it is installed when pip can get the CPU
 # build without a multi-GB download (from a local wheel store), else those tests skip.
 set -eu
@@ -22,4 +22,16 @@ fi
 .venv/bin/ruff check singa_lite tests benchmarks examples
 .venv/bin/ruff format --check singa_lite tests benchmarks examples
 .venv/bin/mypy singa_lite
-exec .venv/bin/python -m pytest "$@"
+# The documentation site (guides + API reference from the docstrings): a broken reference or a
+# docstring that does not parse fails here. -E re-reads every page, so no warning is hidden by
+# an earlier build.
+.venv/bin/python -m sphinx -E -W --keep-going -q docs docs/_build/html
+.venv/bin/python -m pytest "$@"
+# The run above has the compiled CPU kernels on (backend/cpu_kernels, numba from [dev]); the
+# tests of the ops they replace run again on the NumPy code alone, the kernels' reference and
+# fallback. Only for a full run: arguments choose tests, and those run once.
+if [ $# -eq 0 ]; then
+    SINGA_LITE_CPU_KERNELS=0 .venv/bin/python -m pytest tests/ops/test_activation.py \
+        tests/ops/test_fused.py tests/ops/test_normalization.py tests/ops/test_attention.py \
+        tests/test_opt.py tests/test_opt_step_options.py tests/test_layer_transformer.py
+fi

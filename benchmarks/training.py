@@ -1,16 +1,18 @@
 """One training step (forward + backward + SGD-momentum update) in singa_lite and PyTorch CPU.
 
-    python benchmarks/training.py [--steps 30] [--only mlp,cnn,resnet20,lstm,gpt] [--device cpu|gpu]
+    python benchmarks/training.py [--steps 30] [--only mlp,cnn,resnet20,lstm,gpt,mobilenet]
+                                  [--device cpu|gpu]
 
 Runs each workload in singa_lite eager mode, singa_lite graph mode and, where installed,
 PyTorch CPU, in this one process with the same thread count, and prints the median and minimum
 milliseconds per step and the singa_lite/PyTorch ratio (below 1.0: singa_lite is faster).
 The ``gpt`` workload is ``examples/gpt.py``'s model (4 pre-norm blocks, 4 heads, width 128,
 causal attention over 128 characters, batch 16) with its update: AdamW after clipping the
-gradients to a global norm of 1.
+gradients to a global norm of 1, biases and norm parameters exempt from weight decay.
 The machine is shared and noisy: compare ratios, not absolute times. With ``--device gpu``
 both run on the first CUDA device (PyTorch with TF32 off, as singa_lite keeps float32 exact)
-and every step ends with a device synchronisation.
+and every step ends with a device synchronisation. It opts in to glibc malloc tuning
+(``singa_lite.backend.tune_malloc``, which PyTorch's side benefits from too) and says so.
 """
 
 from __future__ import annotations
@@ -18,13 +20,16 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
+import sys
 import time
 from collections.abc import Callable
 
 import numpy as np
 
-from singa_lite import autograd, device, layer, model, opt, tensor
-from singa_lite.clip_grad import ClipGradNorm
+from singa_lite import autograd, backend, device, layer, model, opt, tensor
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # mobile_nets.py beside this file
+import mobile_nets
 
 THREADS = int(os.environ.get("BENCH_THREADS", os.cpu_count() or 1))
 GPT_VOCAB = 58  # the characters of the text examples/gpt.py trains on
@@ -159,6 +164,7 @@ SINGA_NETS: dict[str, Callable[[], layer.Layer]] = {
     ),
     "resnet20": resnet20,
     "lstm": LSTMNet,
+    "mobilenet": mobile_nets.singa_mobilenet,
 }
 
 SHAPES = {
@@ -166,6 +172,7 @@ SHAPES = {
     "cnn": ((64, 1, 28, 28), "LeNet CNN 1x28x28, batch 64"),
     "resnet20": ((32, 3, 32, 32), "ResNet-20 + BN 3x32x32, batch 32"),
     "lstm": ((32, 32, 64), "LSTM 64->128, 32 steps, batch 32"),  # (T, N, I)
+    "mobilenet": ((32, 3, 32, 32), "MobileNetV2-style 3x32x32, batch 32"),
     "gpt": ((16, 128), "char GPT 4x128, context 128, batch 16"),  # token ids; AdamW + clipping
 }
 
@@ -193,7 +200,7 @@ def bench_singa(name: str, use_graph: bool, steps: int, gpu: bool = False) -> li
         x = rng.integers(0, GPT_VOCAB, shape).astype(np.int32)
         y = rng.integers(0, GPT_VOCAB, x.size).astype(np.int32)
         m = GPT()
-        m.set_optimizer(ClipGradNorm(opt.AdamW(lr=1e-3), 1.0))
+        m.set_optimizer(opt.AdamW(lr=1e-3, clip_norm=1.0, no_decay=opt.biases_and_norms))
     else:
         m = Classifier(SINGA_NETS[name]())
         m.set_optimizer(opt.SGD(lr=0.01, momentum=0.9))
@@ -299,6 +306,7 @@ def bench_torch(name: str, steps: int, gpu: bool = False) -> list[float] | None:
         "resnet20": resnet,
         "lstm": LSTMNet,
         "gpt": GPT,
+        "mobilenet": mobile_nets.torch_mobilenet,
     }
     shape, _ = SHAPES[name]
     batch = shape[1] if name == "lstm" else shape[0]
@@ -310,7 +318,11 @@ def bench_torch(name: str, steps: int, gpu: bool = False) -> list[float] | None:
     if name == "gpt":
         x = torch.from_numpy(rng.integers(0, GPT_VOCAB, shape)).to(where)
         y = torch.from_numpy(rng.integers(0, GPT_VOCAB, x.numel())).to(where)
-        update = torch.optim.AdamW(net.parameters(), lr=1e-3)
+        groups = [  # the same weight-decay exclusion as opt.biases_and_norms
+            {"params": [p for p in net.parameters() if p.ndim >= 2]},
+            {"params": [p for p in net.parameters() if p.ndim < 2], "weight_decay": 0.0},
+        ]
+        update = torch.optim.AdamW(groups, lr=1e-3)
     else:
         update = torch.optim.SGD(net.parameters(), lr=0.01, momentum=0.9)
     loss_fn = nn.CrossEntropyLoss()
@@ -330,14 +342,16 @@ def bench_torch(name: str, steps: int, gpu: bool = False) -> list[float] | None:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--steps", type=int, default=30)
-    p.add_argument("--only", default="mlp,cnn,resnet20,lstm,gpt")
+    p.add_argument("--only", default="mlp,cnn,resnet20,lstm,gpt,mobilenet")
     p.add_argument("--device", choices=("cpu", "gpu"), default="cpu")
     args = p.parse_args()
     gpu = args.device == "gpu"
     if gpu and device.get_num_gpus() == 0:
         device.create_cuda_gpu()  # raises DeviceError saying what is missing
+    # Training loops reuse large freed blocks: the times below are with glibc told to keep them.
+    tuned = backend.tune_malloc()
     print(
-        f"device: {args.device}; threads: {THREADS}; "
+        f"device: {args.device}; threads: {THREADS}; malloc tuned: {'yes' if tuned else 'n/a'}; "
         f"OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE', 'unset')}; numpy {np.__version__}"
     )
     header = (

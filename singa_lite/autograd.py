@@ -17,6 +17,13 @@ memory does not grow across steps. ``retain_graph=True`` keeps a graph for good,
 SINGA's conventions hold: graphs are recorded only while ``autograd.training`` is true (which
 ``Model.train()`` sets), and the functional API (``relu``, ``matmul``, ``conv2d``...) is
 importable from here.
+
+Modes are set through context managers, which restore the old mode on exit, also when the
+block raises: ``training_mode(flag)``, ``no_grad()``, ``recording(tape)`` (graph mode and ONNX
+export: every op call, update step and host read appended to ``tape`` as an ``OpCall``,
+``StepCall`` or ``HostRead``) and ``retaining_graph()``. Ops whose behaviour depends on
+training (dropout, batch norm) take it as an argument; only SINGA's functional names
+(``autograd.dropout``...) read ``autograd.training`` for it.
 """
 
 from __future__ import annotations
@@ -24,22 +31,69 @@ from __future__ import annotations
 import contextlib
 import functools
 import weakref
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Callable, Iterator
+from typing import Any, NamedTuple
 
 from singa_lite import backend
 from singa_lite.errors import ArgumentError, AutogradError, DeviceError, ShapeError
 from singa_lite.tensor import Tensor
 
 training = False
-"""Record graphs for backward and run layers in training behaviour (Dropout, BatchNorm)."""
+"""Record graphs for backward and run layers in training behaviour (Dropout, BatchNorm).
 
+SINGA's public switch: ``Model.train()``/``eval()`` set it for good; code that needs a mode
+for a while uses ``training_mode``."""
+
+# Private: set only through the context managers below (tests/test_modes.py checks that no
+# other module touches them).
 _grad_enabled = True
-# Graph mode (model.py) sets these while it records or replays one training step.
-_tape: list | None = None  # receives (op, inputs, outputs) per op call, ("step", fn, args) and
-# ("read", tensor, values) per host read (host_values)
-_retain_graph = False  # keep the graph after backward so the step can be replayed
+_tape: list[TapeEntry] | None = None  # see recording()
+_retain_graph = False  # see retaining_graph()
 _walked: Any = None  # (root, ops) of the last backward's walk, as weakrefs, until released
+
+
+class OpCall(NamedTuple):
+    """A tape entry: ``op`` was called on ``inputs`` and made ``outputs`` (graph mode replays
+    ``op.forward_arrays`` into the outputs' arrays; ONNX export converts ``op``)."""
+
+    op: Operator
+    inputs: tuple[Tensor, ...]
+    outputs: tuple[Tensor, ...]
+
+
+class StepCall(NamedTuple):
+    """A tape entry: an update step ran as ``fn(*args)`` (see ``run_step``); its own ops are
+    not on the tape, a replay calls ``fn`` again."""
+
+    fn: Callable[..., Any]
+    args: tuple
+
+
+class HostRead(NamedTuple):
+    """A tape entry: ``tensor``'s ``values`` were read on the host (see ``host_values``); what
+    was recorded after it holds only for these values."""
+
+    tensor: Tensor
+    values: Any
+
+
+TapeEntry = OpCall | StepCall | HostRead
+
+
+@contextlib.contextmanager
+def training_mode(flag: bool = True) -> Iterator[None]:
+    """Set ``training`` inside the block and restore the old value after it.
+
+    >>> with training_mode(False):
+    ...     training
+    False
+    """
+    global training
+    old, training = training, bool(flag)
+    try:
+        yield
+    finally:
+        training = old
 
 
 @contextlib.contextmanager
@@ -53,6 +107,41 @@ def no_grad() -> Iterator[None]:
         _grad_enabled = old
 
 
+@contextlib.contextmanager
+def recording(tape: list[TapeEntry] | None) -> Iterator[list[TapeEntry] | None]:
+    """Append an ``OpCall`` per op call, a ``StepCall`` per ``run_step`` and a ``HostRead``
+    per ``host_values`` inside the block to ``tape``; ``None`` stops recording for the block.
+
+    Graph mode records a training step so; ONNX export traces a forward so. Entries are made
+    whatever ``training`` and ``no_grad`` say.
+
+    >>> import numpy as np
+    >>> from singa_lite import ops, tensor
+    >>> with recording([]) as tape:
+    ...     y = ops.relu(tensor.from_numpy(np.ones(2, np.float32)))
+    >>> [type(e).__name__ for e in tape]
+    ['OpCall']
+    """
+    global _tape
+    old, _tape = _tape, tape
+    try:
+        yield tape
+    finally:
+        _tape = old
+
+
+@contextlib.contextmanager
+def retaining_graph() -> Iterator[None]:
+    """``backward`` keeps every graph it walks inside the block (``retain_graph=True`` unless
+    it is given False), so graph mode can walk the recorded step's graph again each replay."""
+    global _retain_graph
+    old, _retain_graph = _retain_graph, True
+    try:
+        yield
+    finally:
+        _retain_graph = old
+
+
 def host_values(t: Tensor) -> Any:
     """``t``'s values as a host (NumPy) array, for code that decides something from them (a
     shape, the lengths of sequences). Graph mode notes the read: a replay is only valid for
@@ -60,7 +149,7 @@ def host_values(t: Tensor) -> Any:
     The read goes through ``backend.to_host``, so ``backend.count_host_reads`` sees it."""
     values = backend.to_host(t.data)
     if _tape is not None:
-        _tape.append(("read", t, values.copy()))
+        _tape.append(HostRead(t, values.copy()))
     return values
 
 
@@ -114,7 +203,7 @@ class Operator:
         creator = self if record else None
         outs = tuple(Tensor._wrap(y, dev, record, creator, i) for i, y in enumerate(ys))
         if _tape is not None:
-            _tape.append((self, xs, outs))
+            _tape.append(OpCall(self, xs, outs))
         return outs
 
     def forward_arrays(self, arrays: list) -> tuple:
@@ -264,16 +353,11 @@ def run_step(fn: Any, *args: Any) -> Any:
     Optimizers call their update through this, so graph mode can replay the whole step; the
     ops the step itself calls are not recorded as forward ops.
     """
-    global _tape
-    tape = _tape
-    if tape is None:
+    if _tape is None:
         return fn(*args)
-    tape.append(("step", fn, args))
-    _tape = None
-    try:
+    _tape.append(StepCall(fn, args))
+    with recording(None):  # a replay calls fn again rather than the ops it runs
         return fn(*args)
-    finally:
-        _tape = tape
 
 
 def backward(y: Tensor, dy: Any = None, retain_graph: bool | None = None) -> Iterator[tuple]:
@@ -341,12 +425,12 @@ def _walk(order: list, leaf_uses: dict, root: Operator, y: Tensor, dy: Any, rele
         if not isinstance(dxs, tuple):
             dxs = (dxs,)
         if len(dxs) != len(op.inputs):
-            raise RuntimeError(f"{op.name}.backward returned {len(dxs)} grads for {len(op.inputs)} inputs")
+            raise AutogradError(f"{op.name}.backward returned {len(dxs)} grads for {len(op.inputs)} inputs")
         for x, dx, need in zip(op.inputs, dxs, op.needs_grad):
             if dx is None or not need:
                 continue
             if dx.shape != x.shape:
-                raise RuntimeError(f"{op.name}.backward: grad shape {dx.shape} != input shape {x.shape}")
+                raise AutogradError(f"{op.name}.backward: grad shape {dx.shape} != input shape {x.shape}")
             c = x.creator
             if c is not None:
                 g = grads.get(id(c))

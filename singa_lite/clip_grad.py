@@ -21,12 +21,11 @@ states (the wrapper itself has none), as they do for ``DistOpt``.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from numbers import Real
 from typing import Any
 
 import numpy as np  # dtype objects only; array math goes through the device's xp
 
-from singa_lite import autograd
+from singa_lite import _args, autograd
 from singa_lite.errors import ArgumentError, DeviceError
 from singa_lite.tensor import Tensor
 
@@ -36,10 +35,8 @@ EPS = 1e-6
 """Added to the norm before dividing, as ``torch.nn.utils.clip_grad_norm_`` does."""
 
 
-def _max_norm(value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, Real) or not 0 < float(value) < float("inf"):
-        raise ArgumentError(f"clip_grad_norm: max_norm must be a positive finite number, got {value!r}")
-    return float(value)
+def _max_norm(owner: str, value: Any) -> float:
+    return _args.positive(owner, "max_norm", value)
 
 
 def clip_grad_norm(grads: Sequence[Tensor], max_norm: float) -> tuple[list[Tensor], Tensor]:
@@ -51,10 +48,14 @@ def clip_grad_norm(grads: Sequence[Tensor], max_norm: float) -> tuple[list[Tenso
     before clipping, as a 0-d tensor left on the device. Sums of float16 gradients run in
     float32; each result keeps its gradient's dtype.
     """
-    limit = _max_norm(max_norm)
+    limit = _max_norm("clip_grad_norm", max_norm)
+    if isinstance(grads, Tensor) or not hasattr(grads, "__iter__"):  # a Tensor would iterate rows
+        raise _args.bad("clip_grad_norm", "grads", "be a list of Tensors", grads)
     grads = list(grads)
     if not grads:
-        raise ArgumentError("clip_grad_norm: no gradients given")
+        raise ArgumentError("clip_grad_norm: grads is empty; pass at least one gradient")
+    for g in grads:
+        _args.tensor("clip_grad_norm", "each of grads", g)
     dev = grads[0].device
     if any(g.device != dev for g in grads):
         raise DeviceError("clip_grad_norm: the gradients are on different devices; move them to one first")
@@ -85,7 +86,7 @@ class ClipGradNorm:
                 f"ClipGradNorm: expects an opt.Optimizer to wrap, got {type(optimizer).__name__}"
             )
         self.opt = optimizer
-        self.max_norm = _max_norm(max_norm)
+        self.max_norm = _max_norm("ClipGradNorm", max_norm)
         self.last_norm: Tensor | None = None
 
     @property

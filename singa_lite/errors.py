@@ -26,8 +26,9 @@ class DTypeError(SingaLiteError, TypeError):
     """An unsupported or mismatched dtype; the message names op and dtypes."""
 
 
-class OptimizerError(SingaLiteError, ValueError):
-    """A bad optimizer or schedule argument, or a parameter the optimizer cannot track."""
+class OptimizerError(ArgumentError):
+    """A bad optimizer or schedule argument, or a parameter the optimizer cannot track. An
+    ``ArgumentError``: optimizers and schedules are checked like every other entry point."""
 
 
 class OptimizerNotSetError(OptimizerError, AttributeError):

@@ -16,12 +16,14 @@ import math
 from collections.abc import Callable
 from typing import Any
 
+from singa_lite import _args
 from singa_lite.errors import ArgumentError
 from singa_lite.tensor import Tensor
 
 
 def fans(shape: tuple) -> tuple[int, int]:
     """(fan_in, fan_out) of a weight of ``shape`` (matrix ``(in, out)`` or conv ``(out, in, kh, kw)``)."""
+    shape = _args.ints("fans", "shape", shape, low=0, scalar=False)
     if len(shape) < 2:
         n = int(shape[0]) if shape else 1
         return n, n
@@ -38,15 +40,39 @@ def _checked(name: str, t: Tensor, *fan: int) -> None:
 
 
 def uniform(t: Tensor, low: float = -0.05, high: float = 0.05) -> Tensor:
+    """U(low, high)."""
+    _args.tensor("uniform", "t", t)
+    if _args.number("uniform", "low", low) > _args.number("uniform", "high", high):
+        raise _args.bad("uniform", "high", f"be >= low ({low})", high)
     return t.uniform(low, high)
 
 
 def gaussian(t: Tensor, mean: float = 0.0, std: float = 0.05) -> Tensor:
+    """N(mean, std)."""
+    _args.tensor("gaussian", "t", t)
+    _args.number("gaussian", "mean", mean)
+    _args.number("gaussian", "std", std, 0.0)
     return t.gaussian(mean, std)
+
+
+def _gain(name: str, t: Tensor, gain: Any) -> float:
+    _args.tensor(name, "t", t)
+    return _args.number(name, "gain", gain, 0.0)
+
+
+def _fan_in(name: str, t: Tensor, fan_in: Any) -> int:
+    """``fan_in`` if given (an integer >= 1), else the one ``t``'s shape implies."""
+    _args.tensor(name, "t", t)
+    if fan_in is None:
+        fan_in = fans(t.shape)[0]
+        _checked(name, t, fan_in)
+        return fan_in
+    return _args.count(name, "fan_in", fan_in)
 
 
 def xavier_uniform(t: Tensor, gain: float = 1.0) -> Tensor:
     """Glorot & Bengio (2010): U(-a, a) with a = gain * sqrt(6 / (fan_in + fan_out))."""
+    gain = _gain("xavier_uniform", t, gain)
     fan_in, fan_out = fans(t.shape)
     _checked("xavier_uniform", t, fan_in, fan_out)
     a = gain * math.sqrt(6.0 / (fan_in + fan_out))
@@ -55,6 +81,7 @@ def xavier_uniform(t: Tensor, gain: float = 1.0) -> Tensor:
 
 def xavier_normal(t: Tensor, gain: float = 1.0) -> Tensor:
     """Glorot normal: N(0, std) with std = gain * sqrt(2 / (fan_in + fan_out))."""
+    gain = _gain("xavier_normal", t, gain)
     fan_in, fan_out = fans(t.shape)
     _checked("xavier_normal", t, fan_in, fan_out)
     return t.gaussian(0.0, gain * math.sqrt(2.0 / (fan_in + fan_out)))
@@ -62,16 +89,14 @@ def xavier_normal(t: Tensor, gain: float = 1.0) -> Tensor:
 
 def he_uniform(t: Tensor, fan_in: int | None = None) -> Tensor:
     """He et al. (2015): U(-a, a) with a = sqrt(6 / fan_in), for ReLU networks."""
-    fan_in = fan_in or fans(t.shape)[0]
-    _checked("he_uniform", t, fan_in)
+    fan_in = _fan_in("he_uniform", t, fan_in)
     a = math.sqrt(6.0 / fan_in)
     return t.uniform(-a, a)
 
 
 def he_normal(t: Tensor, fan_in: int | None = None) -> Tensor:
     """He normal: N(0, sqrt(2 / fan_in))."""
-    fan_in = fan_in or fans(t.shape)[0]
-    _checked("he_normal", t, fan_in)
+    fan_in = _fan_in("he_normal", t, fan_in)
     return t.gaussian(0.0, math.sqrt(2.0 / fan_in))
 
 

@@ -1,4 +1,4 @@
-"""``Model``: a layer that trains, with SINGA's compile / train_one_batch API and graph mode.
+"""``Model``: a layer that trains, with SINGA's compile / train_one_batch API and graph mode::
 
     model = MyModel()
     model.set_optimizer(opt.SGD(lr=0.1, momentum=0.9))
@@ -78,12 +78,12 @@ class Model(Layer):
         def hook(lyr: Layer, out: Any) -> None:
             shapes[id(lyr)] = _shapes_of(out)
 
-        old_training, old_hook = autograd.training, layer_base.output_hook
-        autograd.training, layer_base.output_hook = False, hook
+        old_hook, layer_base.output_hook = layer_base.output_hook, hook
         try:
-            out = self.forward(*inputs)
+            with autograd.training_mode(False):
+                out = self.forward(*inputs)
         finally:
-            autograd.training, layer_base.output_hook = old_training, old_hook
+            layer_base.output_hook = old_hook
         shapes[id(self)] = _shapes_of(out)
         self._output_shapes = shapes
         self.get_states()  # settle every tensor's name from its attribute path
@@ -94,6 +94,7 @@ class Model(Layer):
     def train(self, mode: bool = True) -> None:
         """Training behaviour (graphs recorded, Dropout active, BatchNorm on batch statistics)."""
         self.training = _flag(self, "train", "mode", mode)
+        # SINGA's persistent switch: code after model.train() records graphs, as in SINGA.
         autograd.training = self.training
 
     def eval(self) -> None:
@@ -146,10 +147,10 @@ class Model(Layer):
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if not self.training:
             return self.forward(*args, **kwargs)
-        autograd.training = True
-        if self.graph_mode:
-            return self._graph_step(args, kwargs)
-        return self.train_one_batch(*args, **kwargs)
+        with autograd.training_mode(True):
+            if self.graph_mode:
+                return self._graph_step(args, kwargs)
+            return self.train_one_batch(*args, **kwargs)
 
     def train_one_batch(self, *args: Any, **kwargs: Any) -> Any:
         raise ArgumentError(
@@ -194,13 +195,10 @@ class Model(Layer):
         # captured inside ops (index tensors, views) see every new batch.
         placeholders = tuple(a.clone() if isinstance(a, Tensor) else a for a in flat)
         n = len(args)
-        tape: list = []
-        autograd._tape, autograd._retain_graph = tape, True
-        try:
+        tape: list[autograd.TapeEntry] = []
+        with autograd.recording(tape), autograd.retaining_graph():
             out = self.train_one_batch(*placeholders[:n], **dict(zip(keys, placeholders[n:])))
-        finally:
-            autograd._tape, autograd._retain_graph = None, False
-        if not any(entry[0] == "step" for entry in tape):
+        if not any(isinstance(entry, autograd.StepCall) for entry in tape):
             warnings.warn(
                 "graph mode recorded no optimizer step: train_one_batch should update through "
                 "an optimizer (self.optimizer(loss)) for replays to train",
@@ -243,7 +241,7 @@ class Model(Layer):
     ) -> Any:
         """This model as an ONNX model: ``forward`` traced on ``inputs`` (default: the compile
         placeholders) in inference behaviour; params and states become named initializers."""
-        from singa_lite.sonnx.frontend import export_model
+        from singa_lite.sonnx.exporter import export_model
 
         return export_model(self, inputs, model_name, opset, input_names, output_names)
 
@@ -278,7 +276,9 @@ class _StaleReadError(Exception):
 class _Graph:
     """One recorded training step: forward ops in call order and the update steps."""
 
-    def __init__(self, inputs: tuple, tape: list, out: Any, keys: tuple = (), params: Sequence = ()) -> None:
+    def __init__(
+        self, inputs: tuple, tape: list[autograd.TapeEntry], out: Any, keys: tuple = (), params: Sequence = ()
+    ) -> None:
         self.inputs = inputs  # positional arguments, then the values of the keyword ones
         self.keys = keys  # the keyword arguments' names
         self.out = out
@@ -289,14 +289,14 @@ class _Graph:
         # a replay holds only for the same values. An input's are checked before replaying;
         # a tensor the step computes (a shape, mostly) is checked where the replay has made it
         # again (``_StaleReadError``). Constants and params need no check.
-        computed = {id(o) for entry in tape if entry[0] not in ("step", "read") for o in entry[2]}
+        reads = [e for e in tape if isinstance(e, autograd.HostRead)]
+        computed = {id(o) for e in tape if isinstance(e, autograd.OpCall) for o in e.outputs}
         index = {id(a): i for i, a in enumerate(inputs) if isinstance(a, Tensor)}
-        self.value_guards = [(index[id(e[1])], e[2]) for e in tape if e[0] == "read" and id(e[1]) in index]
-        self.tape = [e for e in tape if e[0] != "read" or id(e[1]) in computed]
+        self.value_guards = [(index[id(e.tensor)], e.values) for e in reads if id(e.tensor) in index]
+        self.tape = [e for e in tape if not isinstance(e, autograd.HostRead) or id(e.tensor) in computed]
         # CUDA-graph capture (see _try_capture): the optimizers whose steps were recorded.
-        self.optimizers = list(
-            {id(o): o for e in tape if e[0] == "step" for o in [_owner(e[1])] if o}.values()
-        )
+        steps = [e for e in tape if isinstance(e, autograd.StepCall)]
+        self.optimizers = list({id(o): o for e in steps for o in [_owner(e.fn)] if o}.values())
         self.replays = 0
         self.cuda_graph: Any = None
         self.capture_refusal: str | None = None
@@ -375,28 +375,23 @@ class _Graph:
             return ""
         if os.environ.get("SINGA_LITE_CUDA_GRAPH", "1") == "0":
             return ""
-        if self.value_guards or any(e[0] == "read" for e in self.tape):
+        if self.value_guards or any(isinstance(e, autograd.HostRead) for e in self.tape):
             return "the step reads tensor values on the host"
         if not all(hasattr(r, "counter") for r in (d.rng for d in devices)):
             return "the device's generator has no counter"
         return None
 
     def _run_tape(self) -> None:
-        autograd._retain_graph = True
-        try:
+        with autograd.retaining_graph():
             for entry in self.tape:
-                if entry[0] == "step":
-                    entry[1](*entry[2])
-                    continue
-                if entry[0] == "read":
-                    if not np.array_equal(np.asarray(entry[1]), entry[2]):
-                        raise _StaleReadError
-                    continue
-                op, xs, outs = entry
-                for o, y in zip(outs, op.forward_arrays([x.data for x in xs])):
-                    o.data = y
-        finally:
-            autograd._retain_graph = False
+                if isinstance(entry, autograd.OpCall):
+                    op, xs, outs = entry
+                    for o, y in zip(outs, op.forward_arrays([x.data for x in xs])):
+                        o.data = y
+                elif isinstance(entry, autograd.StepCall):
+                    entry.fn(*entry.args)
+                elif not np.array_equal(np.asarray(entry.tensor), entry.values):
+                    raise _StaleReadError
 
 
 _CAPTURE_AFTER = 2

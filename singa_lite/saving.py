@@ -27,11 +27,12 @@ runs inference and trains on without the original class and without pickle.
 
 from __future__ import annotations
 
-import os
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
+from singa_lite import _args
 from singa_lite.errors import (
     CheckpointError,
     CorruptCheckpointError,
@@ -52,8 +53,14 @@ def save(path: Any, model: Any, aux_states: dict | None = None, opset: int | Non
     those placeholders, so the loaded model takes inputs of the same shapes. ``aux_states`` are
     stored as by ``save_states``; ``opset`` picks the ONNX opset (default: the newest).
     """
-    from singa_lite.sonnx.frontend import export_model
+    from singa_lite.sonnx.exporter import export_model
 
+    _args.path("save", "path", path)
+    _args.has("save", "model", model, ("get_params", "get_states"), "a compiled Model")
+    if aux_states is not None:
+        _args.instance("save", "aux_states", aux_states, Mapping, "a dict or None")
+    if opset is not None:
+        _args.count("save", "opset", opset)
     aux = dict(aux_states or {})
     if MODEL_KEY in aux:
         raise CheckpointError(f"save: the aux-states key {MODEL_KEY!r} is reserved for the model graph")
@@ -89,8 +96,8 @@ def load(path: Any, device: Any = None, limits: Any = None) -> Any:
     from singa_lite.sonnx import SONNXModel
     from singa_lite.sonnx import limits as _limits
 
+    path = _args.path("load", "path", path)
     lim = _limits.resolve(limits)
-    path = os.fspath(path)
     raw, specs, opt_states = _read_graph(path)
     checked = input_specs(path, specs, lim.max_tensor_bytes)
     if raw.nbytes > lim.max_model_bytes:

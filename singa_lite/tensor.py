@@ -32,10 +32,21 @@ float64 = np.float64
 int32 = np.int32
 int64 = np.int64
 bool_ = np.bool_
+int8 = np.int8
+int16 = np.int16
+uint8 = np.uint8
+uint16 = np.uint16
+uint32 = np.uint32
+uint64 = np.uint64
 
 _SINGA_TYPE_NAMES = {"float": float32, "int": int32}  # SINGA's as_type('float'/'int')
 
-SUPPORTED_DTYPES = tuple(np.dtype(t) for t in (float16, float32, float64, int32, int64, bool_))
+SINGA_DTYPES = tuple(np.dtype(t) for t in (float16, float32, float64, int32, int64, bool_))
+"""The six types SINGA's C++ tensors hold."""
+SUPPORTED_DTYPES = (*SINGA_DTYPES, *(np.dtype(t) for t in (int8, int16, uint8, uint16, uint32, uint64)))
+"""SINGA's six and the other integer types ONNX models carry (quantized weights, indices,
+masks). Arithmetic on them follows NumPy's (and ONNX's) rules: ``int8 + int8`` is int8 and
+wraps around; mixing types promotes as NumPy does."""
 
 
 def as_dtype(dtype: Any) -> np.dtype:

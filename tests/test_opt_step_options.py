@@ -51,7 +51,7 @@ def _build(optimizer, batch: int, graph: bool = False) -> tuple[Net, tensor.Tens
     ty = tensor.Tensor((batch,), dtype=tensor.int32)
     m.compile([tx], is_train=True, use_graph=graph)
     rng = np.random.default_rng(1)  # the same starting weights for every run
-    for name, p in sorted(m.get_params().items()):
+    for _name, p in sorted(m.get_params().items()):
         p.copy_from_numpy(rng.standard_normal(p.shape) * 0.5)
     return m, tx, ty
 
@@ -223,7 +223,7 @@ def test_states_round_trip_and_bad_options() -> None:
         ("decay_exempt", {"w": "yes"}),
     ]:
         broken = {**states, "options": {**states["options"], key: bad}}
-        with pytest.raises(StateMismatchError, match="options|decay_exempt"):
+        with pytest.raises(StateMismatchError, match=r"options|decay_exempt"):
             opt.SGD(lr=0.1, momentum=0.9).set_states(broken)
     with pytest.raises(StateMismatchError, match="options"):
         opt.SGD(lr=0.1).set_states({**states, "options": {"clip_norm": 1.0}})

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from singa_lite.backend import numpy as _numpy_backend
+from singa_lite.backend.numpy import tune_malloc as tune_malloc  # the allocator opt-in, re-exported
 
 _BACKENDS: dict[str, Any] = {"numpy": _numpy_backend}
 

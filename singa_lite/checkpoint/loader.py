@@ -21,6 +21,7 @@ from typing import Any
 import h5py
 import numpy as np
 
+from singa_lite import _args
 from singa_lite import device as _device
 from singa_lite.checkpoint import aux_states as _aux
 from singa_lite.checkpoint import integrity, store
@@ -67,7 +68,7 @@ class Report:
             for k, v in (
                 ("missing", self.missing),
                 ("unexpected", self.unexpected),
-                ("mis-shaped", self.mismatched),
+                ("mis-shaped or mis-typed", self.mismatched),
             )
             if v
         ]
@@ -84,6 +85,7 @@ def open_verified(path: str) -> Iterator[store.Reader]:
     HDF5 parses exactly the bytes that were verified: the file behind the descriptor that was
     checksummed, even when another process replaces ``path`` meanwhile (``_open_h5``).
     """
+    path = _args.path("open_verified", "path", path)
     fd = integrity.open_regular(path)
     try:
         integrity.verify_fd(path, fd)
@@ -126,7 +128,8 @@ def load_model_states(model: Any, fpath: Any, strict: bool = True) -> dict:
     Also reads SINGA's own zip checkpoints. ``strict=False`` loads the keys that match and
     returns the mismatch report under ``"__report__"``.
     """
-    path = os.fspath(fpath)
+    _args.has("load_model_states", "model", model, ("get_params", "get_states"), "a Model (or Layer)")
+    path = _args.path("load_model_states", "fpath", fpath)
     kind = integrity.sniff(path)
     if kind == "singa_zip":
         from singa_lite.checkpoint import singa_zip
@@ -206,6 +209,10 @@ class _Loader:
             ds, t = saved[name], targets[name]
             if tuple(ds.shape) != t.shape:
                 self.report.mismatched.append(f"{name} (checkpoint {tuple(ds.shape)}, model {t.shape})")
+            elif not store.converts_losslessly(ds.dtype, t.dtype):
+                self.report.mismatched.append(
+                    f"{name} (checkpoint {ds.dtype}, model {t.dtype}: the values would not survive)"
+                )
             else:
                 pairs.append((ds, t))
         return pairs
@@ -328,5 +335,5 @@ def _rng_device(key: str) -> Any:
 
 def read_root(path: str) -> dict[str, Any]:
     """The root attributes of a verified checkpoint (step, metrics, versions, ...)."""
-    with open_verified(os.fspath(path)) as r:
+    with open_verified(_args.path("read_root", "path", path)) as r:
         return {k: r.root_attr(k) for k in r.f.attrs}

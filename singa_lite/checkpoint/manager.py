@@ -25,9 +25,10 @@ import warnings
 from dataclasses import dataclass
 from typing import Any
 
+from singa_lite import _args
 from singa_lite.checkpoint import atomic, integrity, loader, saver
 from singa_lite.checkpoint.async_save import SaveHandle
-from singa_lite.errors import CheckpointError, CorruptCheckpointError
+from singa_lite.errors import ArgumentError, CheckpointError, CorruptCheckpointError
 
 _NAME = re.compile(r"^ckpt-(\d+)\.h5$")
 
@@ -58,14 +59,18 @@ class CheckpointManager:
         save_every_steps: int | None = None,
         save_every_epochs: int | None = None,
     ) -> None:
-        if max_to_keep is not None and max_to_keep < 1:
-            raise ValueError(f"max_to_keep must be >= 1 or None, got {max_to_keep}")
-        if keep_best is not None and (len(keep_best) != 2 or keep_best[1] not in ("min", "max")):
-            raise ValueError(f"keep_best must be (metric name, 'min' or 'max'), got {keep_best!r}")
-        for name, every in (("save_every_steps", save_every_steps), ("save_every_epochs", save_every_epochs)):
-            if every is not None and every < 1:
-                raise ValueError(f"{name} must be >= 1 or None, got {every}")
-        self.directory = os.fspath(directory)
+        me = "CheckpointManager"
+        if max_to_keep is not None:
+            max_to_keep = _args.count(me, "max_to_keep", max_to_keep)
+        if keep_best is not None:
+            is_pair = isinstance(keep_best, (list, tuple)) and len(keep_best) == 2
+            if not is_pair or not isinstance(keep_best[0], str) or keep_best[1] not in ("min", "max"):
+                raise _args.bad(me, "keep_best", "be (metric name, 'min' or 'max') or None", keep_best)
+        if save_every_steps is not None:
+            save_every_steps = _args.count(me, "save_every_steps", save_every_steps)
+        if save_every_epochs is not None:
+            save_every_epochs = _args.count(me, "save_every_epochs", save_every_epochs)
+        self.directory = _args.path(me, "directory", directory)
         self.max_to_keep = max_to_keep
         self.keep_best = keep_best
         self.save_every_steps = save_every_steps
@@ -104,7 +109,9 @@ class CheckpointManager:
         """
         epoch = (aux or {}).get("epoch")
         if self.save_every_epochs is not None and epoch is None and self.save_every_steps is None:
-            raise ValueError("save_every_epochs needs the epoch: pass aux={'epoch': ...}")
+            raise ArgumentError(
+                "CheckpointManager.save: save_every_epochs needs the epoch: pass aux={'epoch': ...}"
+            )
         if not (force or self.should_save(step, epoch)):
             return None
         saved_metrics = dict(metrics or {})

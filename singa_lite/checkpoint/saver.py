@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
+from singa_lite import _args
 from singa_lite.checkpoint import async_save, atomic, integrity, states
 from singa_lite.checkpoint.async_save import SaveHandle
 from singa_lite.errors import CheckpointError
@@ -39,7 +40,10 @@ def save_model_states(
     does not wait), so training may go on while a thread writes.
     ``root`` adds root attributes; ``on_done(path)`` runs after a successful write.
     """
-    path = os.fspath(fpath)
+    _args.has("save_model_states", "model", model, ("get_params", "get_states"), "a Model (or Layer)")
+    path = _args.path("save_model_states", "fpath", fpath)
+    if aux_states is not None:
+        _args.instance("save_model_states", "aux_states", aux_states, Mapping, "a dict or None")
     if os.path.isdir(path):
         raise CheckpointError(f"{path}: is a directory; give a file path for the checkpoint")
     bundle = states.collect(model, aux_states, snapshot=not blocking, root=root)

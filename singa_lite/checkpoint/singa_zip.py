@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from singa_lite import _args
 from singa_lite.checkpoint.integrity import open_regular
 from singa_lite.checkpoint.loader import Report
 from singa_lite.errors import CorruptCheckpointError
@@ -69,7 +70,8 @@ def read(
     match, and are bounded by them. The other arrays (aux states, and every array when
     ``expected`` is None) may take ``aux_limit`` bytes in all.
     """
-    path = os.fspath(path)
+    path = _args.path("read_singa_zip", "path", path)
+    aux_limit = _args.count("read_singa_zip", "aux_limit", aux_limit, 0)
     with _Zip(path, expected, aux_limit) as z:
         entries = z.entries()
         for name, e in entries.items():

@@ -213,6 +213,16 @@ class Reader:
                     raise CorruptCheckpointError(f"{self.path}: {key} is neither a group nor a dataset")
 
 
+def converts_losslessly(src: Any, dst: Any) -> bool:
+    """Whether a dataset of dtype ``src`` may be read into a tensor of dtype ``dst``: the same
+    dtype, float into float (a precision the model chose), or an integer or bool into a type
+    that holds every value of it. HDF5 would clip int16 300 into int8 127 without a word."""
+    src, dst = np.dtype(src), np.dtype(dst)
+    if src == dst or (src.kind == "f" and dst.kind == "f"):
+        return True
+    return src.kind in "biu" and np.can_cast(src, dst, "safe")
+
+
 def read_into(ds: h5py.Dataset, out: np.ndarray) -> None:
     """Read a dataset straight into ``out`` (HDF5 converts the dtype if it differs)."""
     if out.size:

@@ -19,6 +19,7 @@ from typing import Any
 import h5py
 import numpy as np
 
+from singa_lite import _args
 from singa_lite.checkpoint import integrity, singa_zip, store
 from singa_lite.checkpoint.loader import open_verified
 from singa_lite.errors import CheckpointError, CorruptCheckpointError
@@ -37,7 +38,7 @@ class VerifyReport:
 
 def verify(path: Any) -> VerifyReport:
     """Check a checkpoint's whole-file checksum and every dataset's checksum and structure."""
-    path = os.fspath(path)
+    path = _args.path("verify", "path", path)
     try:
         kind = integrity.sniff(path)
         if kind == "singa_zip":
@@ -109,7 +110,7 @@ def scan_unverified(path: str) -> list[str]:
 def inspect(path: Any) -> dict[str, Any]:
     """A verified checkpoint's contents: root attrs, every dataset's dtype/shape/bytes, the
     optimizer, RNG and input entries, and the aux states (arrays shown by reference)."""
-    path = os.fspath(path)
+    path = _args.path("inspect", "path", path)
     if integrity.sniff(path) == "singa_zip":
         model_states, aux = singa_zip.read(path)
         return {
@@ -141,7 +142,7 @@ def _describe(arr: np.ndarray) -> dict[str, Any]:
 
 def diff(a: Any, b: Any) -> list[str]:
     """Lines describing how two checkpoints differ (empty if their states are equal)."""
-    a, b = os.fspath(a), os.fspath(b)
+    a, b = _args.path("diff", "a", a), _args.path("diff", "b", b)
     lines = []
     with open_verified(a) as ra, open_verified(b) as rb:
         da = {k: ds for g in store.GROUPS for k, ds in ra.walk(g)}

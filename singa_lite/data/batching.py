@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from singa_lite import _args
 from singa_lite.data._common import DatasetError
 
 Seed = int | np.random.Generator | None
@@ -35,10 +36,10 @@ def split_indices(
     >>> len(train), len(test), sorted(set(train) | set(test)) == list(range(8))
     (4, 4, True)
     """
-    if not 0.0 < test_fraction < 1.0:
-        raise ValueError(f"split_indices: test_fraction must be in (0, 1), got {test_fraction}")
-    if isinstance(seed, bool) or not isinstance(seed, int | np.integer) or not 0 <= seed < 2**64:
-        raise ValueError(f"split_indices: seed must be an integer in [0, 2**64), got {seed!r}")
+    _args.number("split_indices", "test_fraction", test_fraction, 0.0, 1.0, low_open=True, high_open=True)
+    if not isinstance(seed, int | np.integer):  # a float seed would hash differently from its int
+        raise _args.bad("split_indices", "seed", "be an integer in [0, 2**64)", seed)
+    seed = _args.integer("split_indices", "seed", seed, 0, 2**64 - 1)
     labels = np.asarray(labels)
     keys = _splitmix64(
         _splitmix64(np.full(len(labels), seed, dtype=np.uint64)) + np.arange(len(labels), dtype=np.uint64)
@@ -99,8 +100,14 @@ def iterate_batches(
     >>> [yb.tolist() for _, yb in iterate_batches(x, y, 2, shuffle=False)]
     [[0, 1], [2, 3], [4]]
     """
+    # Checked now, not at the first next(): a bad call fails where it is written.
     _check_pair(x, y, "iterate_batches")
-    _check_batch_size(batch_size)
+    return _batches(x, y, _batch_size("iterate_batches", batch_size), shuffle, seed, drop_last)
+
+
+def _batches(
+    x: np.ndarray, y: np.ndarray, batch_size: int, shuffle: bool, seed: Seed, drop_last: bool
+) -> Iterator[tuple[np.ndarray, np.ndarray]]:
     n = len(x)
     stop = n - n % batch_size if drop_last else n
     order = np.random.default_rng(seed).permutation(n) if shuffle else None
@@ -136,9 +143,8 @@ class DataLoader:
         drop_last: bool = False,
     ) -> None:
         _check_pair(x, y, "DataLoader")
-        _check_batch_size(batch_size)
         self.x, self.y = x, y
-        self.batch_size = batch_size
+        self.batch_size = _batch_size("DataLoader", batch_size)
         self.shuffle = shuffle
         self.drop_last = drop_last
         self._rng = np.random.default_rng(seed)
@@ -165,6 +171,7 @@ def _check_pair(x: np.ndarray, y: np.ndarray, where: str) -> None:
         raise DatasetError(f"{where}: x has {len(x)} samples but y has {len(y)}")
 
 
-def _check_batch_size(batch_size: int) -> None:
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int | np.integer) or batch_size < 1:
-        raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
+def _batch_size(owner: str, batch_size: Any) -> int:
+    if not isinstance(batch_size, int | np.integer):  # 32.0 is a bug upstream, not a size
+        raise _args.bad(owner, "batch_size", "be an integer >= 1", batch_size)
+    return _args.count(owner, "batch_size", batch_size)

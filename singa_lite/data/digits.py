@@ -13,6 +13,7 @@ import zipfile
 import numpy as np
 from numpy.typing import DTypeLike
 
+from singa_lite import _args
 from singa_lite.data._common import DatasetError, read_package_bytes
 from singa_lite.data.batching import split_indices
 from singa_lite.errors import DTypeError
@@ -43,8 +44,7 @@ def load_digits(
     >>> x.shape, x.dtype, y.dtype, float(x.max())
     ((359, 1, 8, 8), dtype('float32'), dtype('int32'), 1.0)
     """
-    if split not in _SPLITS:
-        raise ValueError(f"load_digits: split must be one of {_SPLITS}, got {split!r}")
+    _args.choice("load_digits", "split", split, _SPLITS)
     dtype = np.dtype(dtype)
     if normalize and dtype.kind != "f":
         raise DTypeError(f"load_digits: normalize=True needs a floating dtype, got {dtype}")

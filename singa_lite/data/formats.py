@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from singa_lite import _args
 from singa_lite.data._common import DatasetError, find_file, read_file_bytes
 
 # IDX type codes (third magic byte) -> element dtype; multi-byte types are big-endian.
@@ -45,7 +46,7 @@ def read_idx(path: str | os.PathLike[str]) -> np.ndarray:
     >>> read_idx(path)
     array([7, 2, 1], dtype=uint8)
     """
-    return _read_idx(path)[1]
+    return _read_idx(_args.path("read_idx", "path", path))[1]
 
 
 def _read_idx(path: str | os.PathLike[str]) -> tuple[int, np.ndarray]:
@@ -81,8 +82,8 @@ def load_mnist(directory: str | os.PathLike[str], split: str = "train") -> tuple
     Example, with the four files from http://yann.lecun.com/exdb/mnist/ in ``~/mnist``:
     ``x, y = load_mnist(os.path.expanduser("~/mnist"), "test")`` gives 10000 samples.
     """
-    if split not in _MNIST_PREFIX:
-        raise ValueError(f"load_mnist: split must be 'train' or 'test', got {split!r}")
+    _args.choice("load_mnist", "split", split, tuple(_MNIST_PREFIX))
+    directory = _args.path("load_mnist", "directory", directory)
     prefix = _MNIST_PREFIX[split]
     images_path = _find_idx(directory, prefix, "images", 3)
     labels_path = _find_idx(directory, prefix, "labels", 1)
@@ -112,9 +113,8 @@ def load_cifar10(directory: str | os.PathLike[str], split: str = "train") -> tup
     Example, after ``tar xzf cifar-10-binary.tar.gz`` in ``~/data``:
     ``x, y = load_cifar10(os.path.expanduser("~/data"), "test")`` gives 10000 samples.
     """
-    if split not in _CIFAR_FILES:
-        raise ValueError(f"load_cifar10: split must be 'train' or 'test', got {split!r}")
-    directory = os.fspath(directory)
+    _args.choice("load_cifar10", "split", split, tuple(_CIFAR_FILES))
+    directory = _args.path("load_cifar10", "directory", directory)
     if os.path.isdir(os.path.join(directory, _CIFAR_SUBDIR)):
         directory = os.path.join(directory, _CIFAR_SUBDIR)
     if os.path.isfile(os.path.join(directory, "data_batch_1")) and not os.path.isfile(

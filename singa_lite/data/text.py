@@ -13,8 +13,11 @@ domain; see ``LICENSE.text.txt``), enough to train a character-level LSTM in min
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+
 import numpy as np
 
+from singa_lite import _args
 from singa_lite.data._common import DatasetError, read_package_bytes
 
 _FILE = "coriolanus.txt"
@@ -41,7 +44,7 @@ def char_vocab(text: str) -> tuple[list[str], dict[str, int]]:
     >>> char_vocab("hello")
     (['e', 'h', 'l', 'o'], {'e': 0, 'h': 1, 'l': 2, 'o': 3})
     """
-    chars = sorted(set(text))
+    chars = sorted(set(_args.instance("char_vocab", "text", text, str, "a string")))
     return chars, {c: i for i, c in enumerate(chars)}
 
 
@@ -51,6 +54,8 @@ def encode_text(text: str, char_to_idx: dict[str, int]) -> np.ndarray:
     >>> encode_text("hole", char_vocab("hello")[1]).tolist()
     [1, 3, 2, 0]
     """
+    _args.instance("encode_text", "text", text, str, "a string")
+    _args.instance("encode_text", "char_to_idx", char_to_idx, Mapping, "a dict from char_vocab")
     try:
         return np.fromiter((char_to_idx[c] for c in text), dtype=np.int32, count=len(text))
     except KeyError:
@@ -64,4 +69,9 @@ def decode_text(indices: np.ndarray | list[int], chars: list[str]) -> str:
     >>> decode_text([1, 3, 2, 0], ["e", "h", "l", "o"])
     'hole'
     """
-    return "".join(chars[int(i)] for i in np.asarray(indices).ravel())
+    _args.instance("decode_text", "chars", chars, Sequence, "a list of characters from char_vocab")
+    ids = np.asarray(indices).ravel()
+    whole = ids.dtype.kind in "iu" or (ids.dtype.kind == "f" and bool(np.all(np.mod(ids, 1) == 0)))
+    if not whole or (ids.size and not -len(chars) <= ids.min() <= ids.max() < len(chars)):
+        raise _args.bad("decode_text", "indices", f"be integers in [0, {len(chars)})", indices)
+    return "".join(chars[int(i)] for i in ids)

@@ -16,6 +16,8 @@ from typing import Any
 
 import numpy as np
 
+from singa_lite import _args
+
 
 def plan_groups(entries: Sequence[tuple[int, Any]], threshold: int, buff_size: int) -> list[list[int]]:
     """Group ``entries`` (``(size, dtype)`` per array, in order) into lists of their indices.
@@ -23,8 +25,8 @@ def plan_groups(entries: Sequence[tuple[int, Any]], threshold: int, buff_size: i
     >>> plan_groups([(10, "f"), (3, "f"), (4, "f"), (2, "f")], threshold=5, buff_size=100)
     [[0], [1, 2], [3]]
     """
-    if threshold < 0 or buff_size < 1:
-        raise ValueError(f"threshold must be >= 0 and buff_size >= 1, got {threshold} and {buff_size}")
+    threshold = _args.count("plan_groups", "threshold", threshold, 0)
+    buff_size = _args.count("plan_groups", "buff_size", buff_size)
     groups: list[list[int]] = []
     pending: list[int] = []
     acc, pending_dtype = 0, None

@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from singa_lite import autograd
+from singa_lite import _args, autograd
 from singa_lite.dist.buckets import (
     Bucket,
     FusionPlan,
@@ -65,12 +65,12 @@ class DistOpt:
         buffSize: int = 4194304,
         communicator: Communicator | None = None,
     ) -> None:
-        if not isinstance(opt, Optimizer):
-            raise TypeError(
-                f"DistOpt wraps an optimizer (singa_lite.opt.Optimizer), got {type(opt).__name__}"
+        _args.instance("DistOpt", "opt", opt, Optimizer, "an optimizer to wrap (singa_lite.opt.Optimizer)")
+        if not isinstance(buffSize, int):  # a count of elements: 4e6 is a slip, not a size
+            raise _args.bad(
+                "DistOpt", "buffSize", "be a positive number of elements", buffSize, OptimizerError
             )
-        if isinstance(buffSize, bool) or not isinstance(buffSize, int) or buffSize < 1:
-            raise OptimizerError(f"DistOpt: buffSize must be a positive number of elements, got {buffSize!r}")
+        _args.count("DistOpt", "buffSize", buffSize, error=OptimizerError)
         self.opt = opt
         self.buffSize = buffSize
         self.communicator = _make_communicator(nccl_id, local_rank, world_size, global_rank, communicator)
@@ -134,8 +134,7 @@ class DistOpt:
         so nothing is lost, only delayed. Ranks gather every rank's count, then the pairs
         (``Allgatherv``), and sum them into a dense gradient that is averaged and applied.
         """
-        if not spars > 0:
-            raise OptimizerError(f"backward_and_sparse_update: spars must be > 0, got {spars!r}")
+        _args.number("backward_and_sparse_update", "spars", spars, 0.0, low_open=True, error=OptimizerError)
         autograd.run_step(self._sparse_update, loss, threshold, float(spars), bool(topK), bool(corr))
 
     # -- step bodies (recorded and replayed by graph mode) ----------------------------------------------

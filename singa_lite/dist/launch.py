@@ -14,6 +14,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from singa_lite import _args
+
 # (launcher, rank variable, size variable, local-rank variable), most specific first: srun
 # started under Slurm sets both the Slurm and the PMI variables, and so does Hydra.
 _LAUNCHER_VARS = (
@@ -84,8 +86,7 @@ def launch_command(n: int, *args: str, module: bool = False) -> list[str]:
     >>> launch_command(2, "train.py", "--epochs", "3")[-5:]
     ['-m', 'mpi4py', 'train.py', '--epochs', '3']
     """
-    if n < 1:
-        raise ValueError(f"launch_command: n must be >= 1, got {n}")
+    n = _args.count("launch_command", "n", n)
     target = ["-m", *args] if module else list(args)
     return [find_mpiexec(), "-n", str(n), sys.executable, "-m", "mpi4py", *target]
 

@@ -1,52 +1,17 @@
-"""Checks of layer constructor arguments and call inputs (DESIGN §4: typed errors, no crashes).
+"""Checks of the inputs a layer is called with (DESIGN §4: typed errors, no crashes).
 
-Each check raises :class:`~singa_lite.errors.ArgumentError` naming the layer, the argument and
-the offending value, at construction time: a bad ``Conv2d(0, 3)`` fails where it is written,
-not on the first batch with a NumPy message from deep inside an op.
+Constructor arguments are checked by ``singa_lite._args``, as every entry point's are; this
+module holds what is particular to layers: refusing raw arrays where Tensors go, and naming a
+layer by its path in a model.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from numbers import Integral, Real
+from numbers import Real
 from typing import Any
 
 from singa_lite.errors import ArgumentError
 from singa_lite.tensor import Tensor
-
-
-def count(owner: str, name: str, value: Any, low: int = 1) -> int:
-    """``value`` as an int no smaller than ``low``; integral floats (``3.0``) are accepted, as
-    the ``int(...)`` these layers always applied accepted them."""
-    ok = isinstance(value, Integral) or (isinstance(value, Real) and float(value).is_integer())
-    if isinstance(value, bool) or not ok or value < low:
-        raise ArgumentError(f"{owner}: {name} must be an integer >= {low}, got {value!r}")
-    return int(value)
-
-
-def counts(owner: str, name: str, value: Any, low: int) -> Any:
-    """Check an int or a sequence of ints (kernel sizes, strides, paddings), each >= ``low``;
-    returns ``value`` unchanged (the ops normalise its form)."""
-    items = value if isinstance(value, Sequence) and not isinstance(value, str) else [value]
-    if not items:
-        raise ArgumentError(f"{owner}: {name} must be an integer or a sequence of integers, got {value!r}")
-    for v in items:
-        count(owner, name, v, low)
-    return value
-
-
-def fraction(owner: str, name: str, value: Any) -> float:
-    """``value`` as a float in [0, 1) (a drop ratio)."""
-    if isinstance(value, bool) or not isinstance(value, Real) or not 0.0 <= float(value) < 1.0:
-        raise ArgumentError(f"{owner}: {name} must be a number in [0, 1), got {value!r}")
-    return float(value)
-
-
-def choice(owner: str, name: str, value: Any, options: Sequence[str]) -> str:
-    """``value`` if it is one of ``options`` (exact spelling, as SINGA's)."""
-    if not isinstance(value, str) or value not in options:
-        raise ArgumentError(f"{owner}: {name} must be one of {tuple(options)}, got {value!r}")
-    return value
 
 
 def _is_array(x: Any) -> bool:

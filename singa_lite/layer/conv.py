@@ -8,8 +8,8 @@ from typing import Any
 import numpy as np
 
 from singa_lite import ops
+from singa_lite._args import choice, count, counts, ints, number, numbers, per_axis
 from singa_lite.errors import ArgumentError, ShapeError
-from singa_lite.layer._args import choice, count, counts
 from singa_lite.layer.base import Layer
 from singa_lite.layer.dense import _param
 from singa_lite.tensor import Tensor
@@ -17,27 +17,19 @@ from singa_lite.tensor import Tensor
 _NUMBER = (int, float, np.integer, np.floating)
 
 
-def _pair(v: Any) -> tuple[int, int]:
-    """(h, w) from one number or a pair (kernel sizes, strides, dilations)."""
-    if isinstance(v, _NUMBER):
-        return int(v), int(v)
-    if len(v) != 2:
-        raise ArgumentError(f"expected one integer or a pair (h, w), got {v!r}")
-    return int(v[0]), int(v[1])
+def _pair(owner: str, name: str, v: Any, low: int = 1) -> tuple[int, int]:
+    """(h, w) from one integer or a pair, each >= ``low`` (kernel sizes, strides, dilations)."""
+    counts(owner, name, v, low)  # first: its message names a bad element ("got -1" of (3, -1))
+    return per_axis(owner, name, v, 2, low)  # type: ignore[return-value]
 
 
-def _padding4(padding: Any) -> tuple[int, int, int, int]:
+def _padding4(owner: str, padding: Any) -> tuple[int, int, int, int]:
     """(top, bottom, left, right) from an int, a (ph, pw) pair, or a 4-tuple (SINGA's order)."""
-    if isinstance(padding, _NUMBER):
-        p = int(padding)
-        return p, p, p, p
-    if len(padding) == 2:
-        return int(padding[0]), int(padding[0]), int(padding[1]), int(padding[1])
-    if len(padding) == 4:
-        return tuple(int(p) for p in padding)  # type: ignore[return-value]
-    raise ArgumentError(
-        f"padding must be an int, a pair or 4 values (top, bottom, left, right), got {padding}"
-    )
+    counts(owner, "padding", padding, 0)
+    p = ints(owner, "padding", padding, (2, 4), 0)
+    if len(p) == 1:
+        return p * 4  # type: ignore[return-value]
+    return (p[0], p[0], p[1], p[1]) if len(p) == 2 else p  # type: ignore[return-value]
 
 
 _PAD_MODES = ("NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID")
@@ -87,10 +79,10 @@ class Conv2d(Layer):
         self.pad_mode = choice(me, "pad_mode", pad_mode, _PAD_MODES)
         self.activation = choice(me, "activation", activation, ("NOTSET", "RELU"))
         self.nb_kernels = count(me, "nb_kernels", nb_kernels)
-        self.kernel_size = _pair(counts(me, "kernel_size", kernel_size, 1))
-        self.stride = _pair(counts(me, "stride", stride, 1))
-        self.padding = _padding4(counts(me, "padding", padding, 0))
-        self.dilation = _pair(counts(me, "dilation", dilation, 1))
+        self.kernel_size = _pair(me, "kernel_size", kernel_size)
+        self.stride = _pair(me, "stride", stride)
+        self.padding = _padding4(me, padding)
+        self.dilation = _pair(me, "dilation", dilation)
         self.group = count(me, "group", group)
         self.bias = bias
 
@@ -195,10 +187,8 @@ class Conv1d(Layer):
         self.stride = count("Conv1d", "stride", stride)
         self.dilation = count("Conv1d", "dilation", dilation)
         counts("Conv1d", "padding", padding, 0)
-        pad = (padding, padding) if isinstance(padding, _NUMBER) else tuple(padding)
-        if len(pad) != 2:
-            raise ArgumentError(f"Conv1d: padding must be an int or (left, right), got {padding!r}")
-        self.padding = (int(pad[0]), int(pad[1]))
+        pad = ints("Conv1d", "padding", padding, (2,), 0)  # an int or (left, right)
+        self.padding = (pad[0], pad[-1])
         self.group = count("Conv1d", "group", group)
         self.bias = bias
 
@@ -245,11 +235,11 @@ class ConvTranspose2d(Layer):
         super().__init__()
         me = "ConvTranspose2d"
         self.nb_kernels = count(me, "nb_kernels", nb_kernels)
-        self.kernel_size = _pair(counts(me, "kernel_size", kernel_size, 1))
-        self.stride = _pair(counts(me, "stride", stride, 1))
-        self.padding = _padding4(counts(me, "padding", padding, 0))
-        self.output_padding = _pair(counts(me, "output_padding", output_padding, 0))
-        self.dilation = _pair(counts(me, "dilation", dilation, 1))
+        self.kernel_size = _pair(me, "kernel_size", kernel_size)
+        self.stride = _pair(me, "stride", stride)
+        self.padding = _padding4(me, padding)
+        self.output_padding = _pair(me, "output_padding", output_padding, 0)
+        self.dilation = _pair(me, "dilation", dilation)
         for op, s, d in zip(self.output_padding, self.stride, self.dilation):
             if op >= max(s, d):
                 raise ArgumentError(f"{me}: output_padding {op} must be smaller than stride or dilation")
@@ -296,6 +286,12 @@ class Upsample(Layer):
         if (size is None) == (scale_factor is None):
             raise ArgumentError("Upsample: give exactly one of size and scale_factor")
         self.mode = choice("Upsample", "mode", mode, _UPSAMPLE_MODES)
+        if size is not None:
+            ints("Upsample", "size", size, low=1)
+        elif isinstance(scale_factor, _NUMBER):
+            number("Upsample", "scale_factor", scale_factor, 0.0, low_open=True)
+        else:
+            numbers("Upsample", "scale_factor", scale_factor, 0.0, low_open=True)
         if align_corners is not None and mode == "nearest":
             raise ArgumentError("Upsample: align_corners applies to the interpolating modes only")
         self.size, self.scale_factor, self.align_corners = size, scale_factor, bool(align_corners)
@@ -362,8 +358,9 @@ class _Pool(Layer):
             )
         padding = self.padding
         if self.pad_mode in ("SAME_UPPER", "SAME_LOWER"):
-            k = _pair(self.kernel_size)
-            s = _pair(self.stride if self.stride is not None else self.kernel_size)
+            me = type(self).__name__
+            k = _pair(me, "kernel_size", self.kernel_size)
+            s = k if self.stride is None else _pair(me, "stride", self.stride)
             padding = ops.same_padding(x.shape[2:], k, s, (1, 1), self.pad_mode)
         if self.is_max:
             return ops.max_pool2d(x, self.kernel_size, self.stride, padding, ceil_mode=self.ceil_mode)

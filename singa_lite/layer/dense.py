@@ -10,8 +10,8 @@ import numpy as np
 
 from singa_lite import initializer as init
 from singa_lite import ops, tensor
+from singa_lite._args import count, integer, number
 from singa_lite.errors import ArgumentError, ShapeError
-from singa_lite.layer._args import count
 from singa_lite.layer.base import Layer
 from singa_lite.tensor import Tensor
 
@@ -73,7 +73,9 @@ class Gemm(Layer):
     ) -> None:
         super().__init__()
         self.nb_kernels = count("Gemm", "nb_kernels", nb_kernels)
-        self.alpha, self.beta = alpha, beta
+        number("Gemm", "alpha", alpha)
+        number("Gemm", "beta", beta)
+        self.alpha, self.beta = alpha, beta  # as given, as ops.gemm takes them
         self.transA, self.transB = bool(transA), bool(transB)
         self.bias = bias
         self.bias_shape = bias_shape
@@ -123,11 +125,7 @@ class Embedding(Layer):
         self.initializer = initializer
         if padding_idx is not None:
             n = self.input_dim
-            if isinstance(padding_idx, bool) or not isinstance(padding_idx, int) or not -n <= padding_idx < n:
-                raise ArgumentError(
-                    f"Embedding: padding_idx must be an int in [{-n}, {n}), got {padding_idx!r}"
-                )
-            padding_idx %= n
+            padding_idx = integer("Embedding", "padding_idx", padding_idx, -n, n - 1) % n
         self.padding_idx = padding_idx
 
     @classmethod

@@ -5,6 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from singa_lite import ops
+from singa_lite._args import axis as axis_
+from singa_lite._args import ints, number
 from singa_lite.layer.base import Layer
 from singa_lite.tensor import Tensor
 
@@ -27,6 +29,7 @@ class Tanh(Layer):
 class LeakyReLU(Layer):
     def __init__(self, a: float = 0.01) -> None:
         super().__init__()
+        number("LeakyReLU", "a", a)
         self.a = a
 
     def forward(self, x: Tensor) -> Tensor:
@@ -43,7 +46,7 @@ class SoftMax(Layer):
 
     def __init__(self, axis: int = 1) -> None:
         super().__init__()
-        self.axis = axis
+        self.axis = axis_("SoftMax", "axis", axis)
 
     def forward(self, x: Tensor) -> Tensor:
         return ops.softmax(x, self.axis)
@@ -54,7 +57,7 @@ class Flatten(Layer):
 
     def __init__(self, axis: int = 1) -> None:
         super().__init__()
-        self.axis = axis
+        self.axis = axis_("Flatten", "axis", axis)
 
     def forward(self, x: Tensor) -> Tensor:
         return ops.flatten(x, self.axis)
@@ -65,7 +68,7 @@ class Cat(Layer):
 
     def __init__(self, axis: int = 0) -> None:
         super().__init__()
-        self.axis = axis
+        self.axis = axis_("Cat", "axis", axis)
 
     def forward(self, xs: list[Tensor]) -> Tensor:
         return ops.cat(list(xs), self.axis)
@@ -76,6 +79,8 @@ class Reshape(Layer):
 
     def __init__(self, shape: Any = None) -> None:
         super().__init__()
+        if shape is not None:  # None: the shape comes with each call
+            ints("Reshape", "shape", shape, scalar=False)
         self.shape = shape
 
     def forward(self, x: Tensor, shape: Any = None) -> Tensor:

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from singa_lite import ops
+from singa_lite import autograd, ops
+from singa_lite._args import axis as axis_
+from singa_lite._args import count, fraction, number
 from singa_lite.errors import ShapeError
-from singa_lite.layer._args import count, fraction
 from singa_lite.layer.base import Layer
 from singa_lite.layer.dense import _param
 from singa_lite.tensor import Tensor
@@ -29,8 +30,9 @@ class BatchNorm2d(Layer):
             momentum = args[1]
         elif len(args) == 1 and isinstance(args[0], float):
             momentum = args[0]
-        self.momentum = float(momentum)
-        self.eps = float(eps)
+        me = type(self).__name__
+        self.momentum = number(me, "momentum", momentum, 0.0, 1.0)
+        self.eps = number(me, "eps", eps, 0.0)
 
     def _check(self, x: Tensor) -> None:
         # Checked on every call, not only the first: the op itself takes any (N, C, ...) and
@@ -49,7 +51,14 @@ class BatchNorm2d(Layer):
     def forward(self, x: Tensor) -> Tensor:
         self._check(x)
         return ops.batchnorm_2d(
-            x, self.scale, self.bias, self.running_mean, self.running_var, self.momentum, self.eps
+            x,
+            self.scale,
+            self.bias,
+            self.running_mean,
+            self.running_var,
+            self.momentum,
+            self.eps,
+            training=autograd.training,
         )
 
 
@@ -65,7 +74,8 @@ class LayerNorm(Layer):
 
     def __init__(self, axis: int = -1, eps: float = 1e-5, bias: bool = True) -> None:
         super().__init__()
-        self.axis, self.eps, self.use_bias = int(axis), float(eps), bias
+        self.axis, self.eps = axis_("LayerNorm", "axis", axis), number("LayerNorm", "eps", eps, 0.0)
+        self.use_bias = bias
 
     def initialize(self, x: Tensor) -> None:
         shape = x.shape[self.axis :]
@@ -83,7 +93,8 @@ class RMSNorm(Layer):
 
     def __init__(self, axis: int = -1, eps: float | None = None) -> None:
         super().__init__()
-        self.axis, self.eps = int(axis), None if eps is None else float(eps)
+        self.axis = axis_("RMSNorm", "axis", axis)
+        self.eps = None if eps is None else number("RMSNorm", "eps", eps, 0.0)
 
     def initialize(self, x: Tensor) -> None:
         self.scale = _param(x.shape[self.axis :], x).set_value(1.0)
@@ -99,7 +110,7 @@ class GroupNorm(Layer):
     def __init__(self, num_groups: int, eps: float = 1e-5, affine: bool = True) -> None:
         super().__init__()
         self.num_groups = count("GroupNorm", "num_groups", num_groups)
-        self.eps, self.affine = float(eps), bool(affine)
+        self.eps, self.affine = number("GroupNorm", "eps", eps, 0.0), bool(affine)
 
     def initialize(self, x: Tensor) -> None:
         if x.ndim() < 2 or x.shape[1] % self.num_groups:
@@ -128,4 +139,4 @@ class Dropout(Layer):
         self.ratio = fraction("Dropout", "ratio", ratio)
 
     def forward(self, x: Tensor) -> Tensor:
-        return ops.dropout(x, self.ratio)
+        return ops.dropout(x, self.ratio, training=autograd.training)

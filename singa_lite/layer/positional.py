@@ -10,14 +10,13 @@ dtype; they are not states, so checkpoints do not hold them.
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import numpy as np
 
 from singa_lite import ops
+from singa_lite._args import bad, count, number
 from singa_lite.errors import ArgumentError, ShapeError
-from singa_lite.layer._args import count
 from singa_lite.layer.base import Layer
 from singa_lite.layer.dense import _param
 from singa_lite.tensor import Tensor
@@ -32,16 +31,14 @@ def _time_axis(x: Tensor, batch_first: bool, owner: str) -> int:
 
 
 def _offset(owner: str, offset: Any) -> int:
-    if isinstance(offset, bool) or not isinstance(offset, (int, np.integer)) or offset < 0:
-        raise ArgumentError(f"{owner}: offset must be an integer >= 0, got {offset!r}")
-    return int(offset)
+    if not isinstance(offset, (int, np.integer)):  # a float position would be a bug upstream
+        raise bad(owner, "offset", "be an integer >= 0", offset)
+    return count(owner, "offset", offset, 0)
 
 
-def _base(base: Any) -> float:
+def _base(owner: str, base: Any) -> float:
     """``base`` as a float > 1: the angles' frequencies fall with the feature index only then."""
-    if isinstance(base, bool) or not isinstance(base, (int, float)) or not 1 < float(base) < math.inf:
-        raise ArgumentError(f"positional embedding: base must be a finite number > 1, got {base!r}")
-    return float(base)
+    return number(owner, "base", base, 1.0, low_open=True)
 
 
 class _Tables:
@@ -71,7 +68,7 @@ class SinusoidalPositionalEmbedding(Layer):
 
     def __init__(self, base: float = 10000.0, batch_first: bool = False) -> None:
         super().__init__()
-        self.base, self.batch_first = _base(base), bool(batch_first)
+        self.base, self.batch_first = _base("SinusoidalPositionalEmbedding", base), bool(batch_first)
         self._tables = _Tables(self._make)
 
     def _make(self, length: int, e: int) -> tuple[np.ndarray]:
@@ -97,7 +94,8 @@ class LearnedPositionalEmbedding(Layer):
     def __init__(self, max_len: int, batch_first: bool = False, std: float = 0.02) -> None:
         super().__init__()
         self.max_len = count("LearnedPositionalEmbedding", "max_len", max_len)
-        self.batch_first, self.std = bool(batch_first), float(std)
+        self.batch_first = bool(batch_first)
+        self.std = number("LearnedPositionalEmbedding", "std", std, 0.0)
 
     def initialize(self, x: Tensor, offset: int = 0) -> None:
         _time_axis(x, self.batch_first, "LearnedPositionalEmbedding")
@@ -127,7 +125,8 @@ class RotaryEmbedding(Layer):
         super().__init__()
         if rotary_dim is not None and (count("RotaryEmbedding", "rotary_dim", rotary_dim) % 2):
             raise ArgumentError(f"RotaryEmbedding: rotary_dim must be even, got {rotary_dim}")
-        self.base, self.rotary_dim, self.interleaved = _base(base), rotary_dim, bool(interleaved)
+        self.base, self.rotary_dim = _base("RotaryEmbedding", base), rotary_dim
+        self.interleaved = bool(interleaved)
         self._tables = _Tables(self._make)
 
     def _make(self, length: int, rd: int) -> tuple[np.ndarray, np.ndarray]:

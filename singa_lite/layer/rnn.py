@@ -12,8 +12,8 @@ import math
 from typing import Any
 
 from singa_lite import ops
+from singa_lite._args import choice, count, fraction
 from singa_lite.errors import ArgumentError, ShapeError
-from singa_lite.layer._args import choice, count
 from singa_lite.layer.base import Layer
 from singa_lite.layer.dense import _param
 from singa_lite.tensor import Tensor
@@ -42,6 +42,7 @@ class _Recurrent(Layer):
                 f"depth (got num_layers={num_layers}, bidirectional={bidirectional})"
             )
         me = type(self).__name__
+        fraction(me, "dropout", dropout)  # between stacked layers: with one layer, unused
         self.nonlinearity = choice(me, "nonlinearity", nonlinearity, ("tanh", "relu"))
         self.input_size = None if input_size is None else count(me, "input_size", input_size)
         self.hidden_size = count(me, "hidden_size", hidden_size)

@@ -17,9 +17,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from singa_lite import ops
+from singa_lite import autograd, ops
+from singa_lite._args import choice, count, fraction, number
 from singa_lite.errors import ArgumentError, ShapeError
-from singa_lite.layer._args import count, fraction
 from singa_lite.layer.base import Layer
 from singa_lite.layer.dense import Linear
 from singa_lite.layer.norm import Dropout, LayerNorm
@@ -143,7 +143,9 @@ class MultiHeadAttention(Layer):
         if self.rotary is not None:
             q, k = self.rotary(q), self.rotary(k)
         mask = _combine(self._padding_mask(key_padding_mask, n, s), self._attn_mask(attn_mask, n, length, s))
-        y = ops.scaled_dot_product_attention(q, k, v, mask, is_causal, self.dropout)
+        y = ops.scaled_dot_product_attention(
+            q, k, v, mask, is_causal, self.dropout, training=autograd.training
+        )
         y = ops.reshape(ops.transpose(y, (0, 2, 1, 3)), (n, length, self.embed_dim))
         y = self.out_proj(y)
         return y if self.batch_first else ops.transpose(y, (1, 0, 2))
@@ -167,11 +169,7 @@ class MultiHeadAttention(Layer):
 def _activation(owner: str, activation: Any) -> Callable[[Tensor], Tensor]:
     if callable(activation):
         return activation
-    if activation not in _ACTIVATIONS:
-        raise ArgumentError(
-            f"{owner}: activation must be one of {tuple(_ACTIVATIONS)} or a callable, got {activation!r}"
-        )
-    return _ACTIVATIONS[activation]
+    return _ACTIVATIONS[choice(owner, "activation", activation, tuple(_ACTIVATIONS))]
 
 
 class _Block(Layer):
@@ -192,6 +190,10 @@ class _Block(Layer):
     ) -> None:
         super().__init__()
         self.d_model = count(owner, "d_model", d_model)
+        # Checked here too, so the message names this layer's arguments, not its parts'.
+        count(owner, "nhead", nhead)
+        fraction(owner, "dropout", dropout)
+        number(owner, "layer_norm_eps", layer_norm_eps, 0.0)
         self.norm_first, self.batch_first = bool(norm_first), bool(batch_first)
         self._act = _activation(owner, activation)
         self.self_attn = MultiHeadAttention(d_model, nhead, dropout, bias, batch_first)

@@ -10,36 +10,56 @@ module is ``ops.recurrent``; ``ops.resize`` lives in ``ops.interpolate``).
 
 from singa_lite.ops import (
     activation,
+    activation_extra,
     attention,
     conv,
     conv_general,
+    deform,
+    detection,
     elementwise,
     embeddings,
     fused,
+    gather_scatter,
     interpolate,
     linalg,
     loss,
+    loss_nd,
+    norm_extra,
     normalization,
     pool,
+    quantize,
     recurrent,
     reduce,
+    sampling,
     shape,
+    signal,
+    stateful,
 )
 from singa_lite.ops.activation import *  # noqa: F403
+from singa_lite.ops.activation_extra import *  # noqa: F403
 from singa_lite.ops.attention import *  # noqa: F403
 from singa_lite.ops.conv import *  # noqa: F403
 from singa_lite.ops.conv_general import *  # noqa: F403
+from singa_lite.ops.deform import *  # noqa: F403
+from singa_lite.ops.detection import *  # noqa: F403
 from singa_lite.ops.elementwise import *  # noqa: F403
 from singa_lite.ops.embeddings import *  # noqa: F403
 from singa_lite.ops.fused import *  # noqa: F403
+from singa_lite.ops.gather_scatter import *  # noqa: F403
 from singa_lite.ops.interpolate import *  # noqa: F403
 from singa_lite.ops.linalg import *  # noqa: F403
 from singa_lite.ops.loss import *  # noqa: F403
+from singa_lite.ops.loss_nd import *  # noqa: F403
+from singa_lite.ops.norm_extra import *  # noqa: F403
 from singa_lite.ops.normalization import *  # noqa: F403
 from singa_lite.ops.pool import *  # noqa: F403
+from singa_lite.ops.quantize import *  # noqa: F403
 from singa_lite.ops.recurrent import *  # noqa: F403
 from singa_lite.ops.reduce import *  # noqa: F403
+from singa_lite.ops.sampling import *  # noqa: F403
 from singa_lite.ops.shape import *  # noqa: F403
+from singa_lite.ops.signal import *  # noqa: F403
+from singa_lite.ops.stateful import *  # noqa: F403
 
 _FAMILIES = (
     elementwise,
@@ -57,6 +77,16 @@ _FAMILIES = (
     attention,
     embeddings,
     fused,
+    activation_extra,
+    norm_extra,
+    loss_nd,
+    signal,
+    stateful,
+    deform,
+    quantize,
+    gather_scatter,
+    sampling,
+    detection,
 )
 
 __all__: list[str] = [name for family in _FAMILIES for name in family.__all__]

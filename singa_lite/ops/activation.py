@@ -16,7 +16,9 @@ from typing import Any
 
 import numpy as np  # shape arithmetic only (CuPy may lack broadcast_shapes); array math uses xp
 
+from singa_lite import _args
 from singa_lite.autograd import Operator
+from singa_lite.backend import cpu_kernels
 from singa_lite.ops._util import normalize_axis, unbroadcast
 from singa_lite.ops.unary import CheckedOp, erf_array
 from singa_lite.tensor import Tensor
@@ -116,10 +118,13 @@ class SoftMax(CheckedOp):
 
     def __init__(self, axis: int = 1) -> None:
         super().__init__()
-        self.axis = axis
+        self.axis = _args.axis(self.name, "axis", axis)
 
     def forward(self, x: Any) -> Any:
         self.a = a = normalize_axis(self.axis, x.ndim, self.name)
+        if a == x.ndim - 1 and x.shape[a] and cpu_kernels.usable(self.xp, x):  # one pass per row
+            self.y = cpu_kernels.softmax.softmax_forward(x)
+            return self.y
         y = x - x.max(axis=a, keepdims=True)
         self.xp.exp(y, out=y)
         y /= y.sum(axis=a, keepdims=True)
@@ -128,6 +133,8 @@ class SoftMax(CheckedOp):
 
     def backward(self, dy: Any) -> Any:
         y = self.y
+        if self.a == y.ndim - 1 and cpu_kernels.usable(self.xp, y, dy):
+            return cpu_kernels.softmax.softmax_backward(y, dy)
         dx = dy - (dy * y).sum(axis=self.a, keepdims=True)
         dx *= y
         return dx
@@ -138,7 +145,7 @@ class LogSoftmax(CheckedOp):
 
     def __init__(self, axis: int = 1) -> None:
         super().__init__()
-        self.axis = axis
+        self.axis = _args.axis(self.name, "axis", axis)
 
     def forward(self, x: Any) -> Any:
         xp = self.xp
@@ -161,9 +168,8 @@ class AddBias(CheckedOp):
 
     def __init__(self, axis: int = 0) -> None:
         super().__init__()
-        if axis not in (0, 1):
-            raise ValueError(f"AddBias: axis must be 0 (add b to each row) or 1 (to each column), got {axis}")
-        self.axis = axis
+        # 0: add b to each row; 1: to each column.
+        self.axis = _args.choice(self.name, "axis", axis, (0, 1))
 
     def forward(self, x: Any, b: Any) -> Any:
         # axis 0: b runs along x's last axis; axis 1: along its first axis (rows of a matrix).
@@ -186,7 +192,8 @@ class AddBias(CheckedOp):
 class LeakyRelu(CheckedOp):
     def __init__(self, a: float = 0.01) -> None:
         super().__init__()
-        self.a = a
+        _args.number(self.name, "a", a)
+        self.a = a  # kept as given: a NumPy scalar's dtype takes part in the result's
 
     def forward(self, x: Any) -> Any:
         self.pos = x > 0
@@ -199,6 +206,7 @@ class LeakyRelu(CheckedOp):
 class Elu(CheckedOp):
     def __init__(self, alpha: float = 1.0) -> None:
         super().__init__()
+        _args.number(self.name, "alpha", alpha)
         self.alpha = alpha
 
     def forward(self, x: Any) -> Any:
@@ -221,6 +229,7 @@ class SeLU(Elu):
         self, alpha: float = 1.67326319217681884765625, gamma: float = 1.05070102214813232421875
     ) -> None:
         super().__init__(alpha)
+        _args.number(self.name, "gamma", gamma)
         self.gamma = gamma
 
     def forward(self, x: Any) -> Any:
@@ -258,6 +267,8 @@ class PRelu(CheckedOp):
 class HardSigmoid(CheckedOp):
     def __init__(self, alpha: float = 0.2, gamma: float = 0.5) -> None:
         super().__init__()
+        _args.number(self.name, "alpha", alpha)
+        _args.number(self.name, "gamma", gamma)
         self.alpha, self.gamma = alpha, gamma
 
     def forward(self, x: Any) -> Any:
@@ -271,7 +282,7 @@ class HardSigmoid(CheckedOp):
 
 
 class SoftPlus(CheckedOp):
-    """log(1 + e^x), as log1p(e^-|x|) + max(x, 0) so it neither overflows nor loses the tail."""
+    """``log(1 + e^x)``, as ``log1p(e^-|x|) + max(x, 0)`` so it neither overflows nor loses the tail."""
 
     def forward(self, x: Any) -> Any:
         xp = self.xp
@@ -308,12 +319,14 @@ class Gelu(CheckedOp):
 
     def __init__(self, approximate: str = "none") -> None:
         super().__init__()
-        if approximate not in ("none", "tanh"):
-            raise ValueError(f"Gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
-        self.approximate = approximate
+        self.approximate = _args.choice(self.name, "approximate", approximate, ("none", "tanh"))
 
     def forward(self, x: Any) -> Any:
         xp = self.xp
+        self.kernel = cpu_kernels.usable(xp, x)
+        if self.kernel:  # one pass; backward recomputes from x what the lines below keep
+            self.x = x
+            return cpu_kernels.activation.gelu_forward(x, self.approximate)
         # Beyond |x| = 10 (tanh form) or 40 (exact) the curve's second term is 0 in every dtype;
         # clipping there keeps x^2 and x^3 finite in float16, where 1e4^2 would overflow.
         bound = 10.0 if self.approximate == "tanh" else 40.0
@@ -334,6 +347,8 @@ class Gelu(CheckedOp):
         return x * cdf
 
     def backward(self, dy: Any) -> Any:
+        if self.kernel:
+            return cpu_kernels.activation.gelu_backward(self.x, dy, self.approximate)
         xp, xc = self.xp, self.xc
         g = xp.multiply(xc, xc, out=xp.empty_like(xc))
         if self.approximate == "tanh":

@@ -20,9 +20,10 @@ from typing import Any
 
 import numpy as np  # dtype objects and shape arithmetic only; array math goes through self.xp
 
-from singa_lite import autograd
+from singa_lite import _args
 from singa_lite.autograd import Operator
-from singa_lite.errors import ArgumentError, DTypeError
+from singa_lite.backend import cpu_kernels
+from singa_lite.errors import DTypeError
 from singa_lite.ops._util import unbroadcast
 from singa_lite.tensor import Tensor
 
@@ -52,16 +53,15 @@ class ScaledDotProductAttention(Operator):
         dropout: float = 0.0,
         scale: float | None = None,
         block: int = DEFAULT_BLOCK,
+        training: bool = False,
     ) -> None:
         super().__init__("scaled_dot_product_attention")
-        dropout = float(dropout)
-        if not 0.0 <= dropout < 1.0:
-            raise ArgumentError(f"{self.name}: dropout must be in [0, 1), got {dropout}")
-        if scale is not None and not math.isfinite(float(scale)):
-            raise ArgumentError(f"{self.name}: scale must be a finite number, got {scale}")
-        if isinstance(block, bool) or not isinstance(block, int) or block < 1:
-            raise ArgumentError(f"{self.name}: block must be a positive integer, got {block!r}")
+        dropout = _args.fraction(self.name, "dropout", dropout)
+        if scale is not None:
+            _args.number(self.name, "scale", scale)  # kept as given: its dtype may count
+        block = _args.count(self.name, "block", block)
         self.is_causal, self.dropout, self.scale, self.block = bool(is_causal), dropout, scale, block
+        self.training = bool(training)
 
     # -- checks and layout ---------------------------------------------------------------------
     def _check(self, q: Any, k: Any, v: Any, mask: Any) -> None:
@@ -122,7 +122,7 @@ class ScaledDotProductAttention(Operator):
         self.mask: Any = None if mask is None else self._mask5(mask, self.batch, hk, g)
         if self.mask is not None and self.mask.dtype.kind == "f":
             self.mask = self.mask.astype(acc, copy=False)
-        self.p_drop = self.dropout if autograd.training else 0.0
+        self.p_drop = self.dropout if self.training else 0.0
         # A causal query i sees keys j <= i (PyTorch's top-left alignment): blocks starting
         # past the last query row would be all masked, so they are skipped.
         last = S if not self.is_causal else min(S, L)
@@ -132,8 +132,9 @@ class ScaledDotProductAttention(Operator):
         self.out = out
         return out.reshape(*batch, hq, L, Ev).astype(q.dtype, copy=False)
 
-    def _scores(self, j0: int, j1: int) -> Any:
-        """Masked scores of keys ``[j0, j1)``: ``(B, Hk, G * L, j1 - j0)``."""
+    def _scores(self, j0: int, j1: int, causal: bool = True) -> Any:
+        """Masked scores of keys ``[j0, j1)``: ``(B, Hk, G * L, j1 - j0)``; the causal mask
+        too unless ``causal`` is False (a kernel applies it then)."""
         xp = self.xp
         B, hk, g, L, _ = self.dims
         s = xp.matmul(self.qs, self.kt[..., j0:j1])
@@ -144,7 +145,7 @@ class ScaledDotProductAttention(Operator):
                 xp.copyto(s5, s.dtype.type(-np.inf), where=~mb)
             else:
                 s5 += mb
-        if self.is_causal and j1 - 1 > 0:
+        if causal and self.is_causal and j1 - 1 > 0:
             xp.copyto(s5, s.dtype.type(-np.inf), where=xp.arange(j0, j1) > xp.arange(L)[:, None])
         return s
 
@@ -164,10 +165,14 @@ class ScaledDotProductAttention(Operator):
     def _single(self, acc: Any) -> Any:
         """All keys in one block: an ordinary softmax, its probabilities kept for backward."""
         xp = self.xp
-        s = self._scores(*self.blocks[0]) if self.blocks else None
+        kernel = cpu_kernels.usable(xp, self.qs)
+        s = self._scores(*self.blocks[0], causal=not kernel) if self.blocks else None
         if s is None:  # no key at all
             self.p = None
             return xp.zeros(self.qs.shape[:-1] + (self.v.shape[-1],), acc)
+        if kernel:  # the causal mask and the softmax below, in one pass over each row
+            cpu_kernels.softmax.attention_probabilities(s, self.dims[3], self.blocks[0][0], self.is_causal)
+            return self._attend(s, acc)
         # Elementwise fixes, not boolean-mask assignment: CuPy would read the mask's count on
         # the host, which a CUDA-graph capture cannot contain.
         m = s.max(axis=-1, keepdims=True)
@@ -176,9 +181,13 @@ class ScaledDotProductAttention(Operator):
         total = p.sum(axis=-1, keepdims=True)
         xp.copyto(total, total.dtype.type(1), where=total == 0)  # ... keeps probabilities 0
         p /= total
+        return self._attend(p, acc)
+
+    def _attend(self, p: Any, acc: Any) -> Any:
+        """The single block's output from its probabilities ``p`` (kept for backward)."""
         self.p = p
         f = self._keep(0, p.shape, acc, True)
-        return xp.matmul(p if f is None else p * f, self.v[:, :, : p.shape[-1]])
+        return self.xp.matmul(p if f is None else p * f, self.v[:, :, : p.shape[-1]])
 
     def _blocked(self, acc: Any) -> Any:
         """Keys in blocks with a running maximum and sum; keeps one log-sum-exp per row."""
@@ -233,8 +242,11 @@ class ScaledDotProductAttention(Operator):
             dp = xp.matmul(do, vt[..., j0:j1])
             if f is not None:
                 dp *= f
-            dp -= rowdot
-            ds = xp.multiply(dp, p, out=dp)
+            if cpu_kernels.usable(xp, dp, p, rowdot):
+                ds = cpu_kernels.softmax.attention_score_grad(dp, p, rowdot)
+            else:
+                dp -= rowdot
+                ds = xp.multiply(dp, p, out=dp)
             if dmask is not None:
                 view = dmask[..., j0:j1] if dmask.shape[-1] > 1 else dmask
                 view += unbroadcast(ds.reshape(B, hk, g, L, j1 - j0), view.shape)
@@ -270,6 +282,7 @@ def scaled_dot_product_attention(
     dropout: float = 0.0,
     scale: float | None = None,
     block: int = DEFAULT_BLOCK,
+    training: bool = False,
 ) -> Tensor:
     """``softmax(q @ k^T * scale + mask) @ v`` on ``(*batch, heads, length, features)`` tensors.
 
@@ -279,8 +292,9 @@ def scaled_dot_product_attention(
     mask says where a query may attend (True, as in PyTorch), a float mask is added to the
     scores (``-inf`` hides a key) and gets a gradient. ``is_causal`` lets query ``i`` see keys
     ``0..i`` and combines with ``mask``. A query that may see no key gets zeros. ``scale``
-    defaults to ``1 / sqrt(E)``. ``dropout`` drops attention probabilities while
-    ``autograd.training`` is on (drawn from the device's generator).
+    defaults to ``1 / sqrt(E)``. ``dropout`` drops attention probabilities with ``training``
+    (drawn from the device's generator); ``layer.MultiHeadAttention`` and
+    ``autograd.scaled_dot_product_attention`` pass ``autograd.training``.
 
     The keys are walked in blocks of ``block``: memory is O(L * block) per head, not O(L * S),
     plus, with dropout on, one bit per score to replay the mask in backward.
@@ -291,5 +305,5 @@ def scaled_dot_product_attention(
     >>> scaled_dot_product_attention(x, x, x, is_causal=True).shape
     (1, 2, 3, 4)
     """
-    op = ScaledDotProductAttention(is_causal, dropout, scale, block)
+    op = ScaledDotProductAttention(is_causal, dropout, scale, block, training)
     return (op(q, k, v) if mask is None else op(q, k, v, mask))[0]

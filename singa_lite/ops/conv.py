@@ -31,7 +31,7 @@ from concurrent.futures import ThreadPoolExecutor
 from math import prod
 from typing import Any
 
-from singa_lite import autograd
+from singa_lite import _args, autograd
 from singa_lite.autograd import Operator
 from singa_lite.backend import cupy_kernels
 from singa_lite.errors import DTypeError
@@ -53,27 +53,16 @@ Pads = tuple[int, int, int, int]
 
 
 # -- geometry ----------------------------------------------------------------------------------
-def _pair(v: Any, what: str, least: int = 1) -> tuple[int, int]:
-    pair = (int(v), int(v)) if isinstance(v, int) else tuple(int(a) for a in v)
-    if len(pair) != 2 or min(pair) < least:
-        raise ValueError(f"{what} must be an int or a pair of ints >= {least}, got {v!r}")
-    return pair  # type: ignore[return-value]
+def _pair(owner: str, name: str, v: Any, least: int = 1) -> tuple[int, int]:
+    return _args.per_axis(owner, name, v, 2, least)  # type: ignore[return-value]
 
 
-def _pads(padding: Any) -> Pads:
+def _pads(owner: str, padding: Any) -> Pads:
     """``int``, ``(ph, pw)`` or ``(top, bottom, left, right)`` as a 4-tuple."""
-    p: tuple[int, ...]
-    if isinstance(padding, int):
-        p = (padding,) * 4
-    else:
-        p = tuple(int(a) for a in padding)
-        if len(p) == 2:
-            p = (p[0], p[0], p[1], p[1])
-    if len(p) != 4 or min(p) < 0:
-        raise ValueError(
-            f"padding must be an int, (ph, pw) or (top, bottom, left, right) >= 0, got {padding!r}"
-        )
-    return p  # type: ignore[return-value]
+    p = _args.ints(owner, "padding", padding, (2, 4), 0)
+    if len(p) == 1:
+        return (p[0],) * 4
+    return (p[0], p[0], p[1], p[1]) if len(p) == 2 else p  # type: ignore[return-value]
 
 
 def conv_output_size(
@@ -92,7 +81,11 @@ def conv_output_size(
     >>> conv_output_size(28, 5, padding=2), conv_output_size(32, 3, stride=2, padding=1)
     (28, 16)
     """
-    begin, end = (padding, padding) if isinstance(padding, int) else padding
+    me = "conv_output_size"
+    in_size, kernel = _args.count(me, "in_size", in_size, 0), _args.count(me, "kernel", kernel)
+    stride, dilation = _args.count(me, "stride", stride), _args.count(me, "dilation", dilation)
+    pads = _args.ints(me, "padding", padding, (2,), 0)
+    begin, end = pads[0], pads[-1]
     span = in_size + begin + end - dilation * (kernel - 1) - 1
     if not ceil_mode:
         return span // stride + 1
@@ -113,12 +106,13 @@ def same_padding(
     >>> same_padding((28, 28), 5), same_padding((5, 5), 2, mode="SAME_LOWER")
     ((2, 2, 2, 2), (1, 0, 1, 0))
     """
-    upper = mode.upper()
+    me = "same_padding"
+    upper = mode.upper() if isinstance(mode, str) else mode  # ONNX spells it in capitals
     if upper not in ("SAME_UPPER", "SAME_LOWER"):
-        raise ValueError(f"same_padding: mode must be SAME_UPPER or SAME_LOWER, got {mode!r}")
+        raise _args.bad(me, "mode", "be 'SAME_UPPER' or 'SAME_LOWER'", mode)
     pads = []
     for n, k, s, d in zip(
-        in_hw, _pair(kernel, "kernel"), _pair(stride, "stride"), _pair(dilation, "dilation")
+        in_hw, _pair(me, "kernel", kernel), _pair(me, "stride", stride), _pair(me, "dilation", dilation)
     ):
         total = max((-(-n // s) - 1) * s + d * (k - 1) + 1 - n, 0)
         small, big = total // 2, total - total // 2
@@ -409,12 +403,10 @@ def _pad_nchw(xp: Any, x: Any, pads: Pads) -> Any:
 class _ConvBase(Operator):
     def __init__(self, stride: Any, padding: Any, dilation: Any, group: int) -> None:
         super().__init__()
-        self.stride = _pair(stride, f"{self.name} stride")
-        self.dilation = _pair(dilation, f"{self.name} dilation")
-        self.pads = _pads(padding)
-        if int(group) < 1:
-            raise ValueError(f"{self.name}: group must be >= 1, got {group!r}")
-        self.group = int(group)
+        self.stride = _pair(self.name, "stride", stride)
+        self.dilation = _pair(self.name, "dilation", dilation)
+        self.pads = _pads(self.name, padding)
+        self.group = _args.count(self.name, "group", group)
 
     def _check(self, x: Any, W: Any, b: Any, in_channels: int) -> None:
         g = self.group
@@ -661,10 +653,10 @@ class ConvTranspose2d(_ConvBase):
         self, stride: Any = 1, padding: Any = 0, output_padding: Any = 0, dilation: Any = 1, group: int = 1
     ) -> None:
         super().__init__(stride, padding, dilation, group)
-        self.output_padding = _pair(output_padding, f"{self.name} output_padding", least=0)
+        self.output_padding = _pair(self.name, "output_padding", output_padding, least=0)
         for op, s, d in zip(self.output_padding, self.stride, self.dilation):
             if op >= max(s, d):
-                raise ValueError(f"{self.name}: output_padding {op} must be < stride or dilation")
+                raise _args.bad(self.name, "output_padding", "be < stride or dilation", output_padding)
 
     def out_channels(self, W: Any) -> int:
         return W.shape[1] * self.group
@@ -722,10 +714,13 @@ class Conv1d(Conv2d):
     """1-D convolution of ``(N, C, L)`` with ``W (O, C/group, k)``: a conv2d of height 1."""
 
     def __init__(self, stride: Any = 1, padding: Any = 0, dilation: Any = 1, group: int = 1) -> None:
-        pad = (padding, padding) if isinstance(padding, int) else tuple(padding)
-        if len(pad) != 2:
-            raise ValueError(f"Conv1d: padding must be an int or (left, right), got {padding!r}")
-        super().__init__((1, stride), (0, 0, *pad), (1, dilation), group)
+        pad = _args.ints("Conv1d", "padding", padding, (2,), 0)
+        super().__init__(
+            (1, _args.count("Conv1d", "stride", stride)),
+            (0, 0, pad[0], pad[-1]),
+            (1, _args.count("Conv1d", "dilation", dilation)),
+            group,
+        )
 
     def forward(self, x: Any, W: Any, b: Any = None) -> Any:
         if x.ndim != 3 or W.ndim != 3:

@@ -20,6 +20,7 @@ from math import prod
 from numbers import Integral
 from typing import Any
 
+from singa_lite import _args
 from singa_lite.autograd import Operator
 from singa_lite.backend import cupy_kernels
 from singa_lite.errors import DTypeError, ShapeError
@@ -30,28 +31,13 @@ __all__ = ["ConvNd", "ConvTransposeNd", "conv_nd", "conv_transpose_nd"]
 _ALL2 = (slice(None), slice(None))  # the batch and channel axes, whole
 
 
-def _per_axis(v: Any, n: int, what: str, least: int) -> tuple[int, ...]:
-    vals = (int(v),) * n if isinstance(v, Integral) else tuple(int(a) for a in v)
-    if len(vals) != n or min(vals, default=least) < least:
-        raise ValueError(f"{what} must be {n} integers >= {least}, got {v!r}")
-    return vals
-
-
-def _pairs(padding: Any, n: int, what: str) -> tuple[tuple[int, int], ...]:
+def _pairs(owner: str, padding: Any, n: int) -> tuple[tuple[int, int], ...]:
     """Per-axis ``(begin, end)`` from an int, one value per axis, or ``n`` pairs."""
-    if isinstance(padding, Integral):
-        pairs = [(int(padding), int(padding))] * n
-    else:
-        items = list(padding)
-        if len(items) == n and all(isinstance(p, Integral) for p in items):
-            pairs = [(int(p), int(p)) for p in items]
-        elif len(items) == n and all(len(p) == 2 for p in items):
-            pairs = [(int(p[0]), int(p[1])) for p in items]
-        else:
-            raise ValueError(f"{what} must be an int, {n} ints or {n} (begin, end) pairs, got {padding!r}")
-    if min(min(p) for p in pairs) < 0:
-        raise ValueError(f"{what} must not be negative, got {padding!r}")
-    return tuple(pairs)
+    items = padding if isinstance(padding, (list, tuple)) else ()
+    if len(items) == n and not any(isinstance(p, Integral) for p in items):
+        pairs = [_args.ints(owner, "padding", p, (2,), 0, scalar=False) for p in items]
+        return tuple((begin, end) for begin, end in pairs)
+    return tuple((p, p) for p in _args.per_axis(owner, "padding", padding, n, 0))
 
 
 def _windows(xp: Any, a: Any, kernel: tuple, stride: tuple, dilation: tuple, out: tuple, group: int) -> Any:
@@ -93,13 +79,11 @@ class _ConvNdBase(Operator):
     def __init__(self, n: int, stride: Any, padding: Any, dilation: Any, group: int) -> None:
         super().__init__()
         self.n = n
-        self.stride = _per_axis(stride, n, f"{self.name} stride", 1)
-        self.dilation = _per_axis(dilation, n, f"{self.name} dilation", 1)
-        self.pads = _pairs(padding, n, f"{self.name} padding")
+        self.stride = _args.per_axis(self.name, "stride", stride, n)
+        self.dilation = _args.per_axis(self.name, "dilation", dilation, n)
+        self.pads = _pairs(self.name, padding, n)
         self.begin = tuple(pb for pb, _ in self.pads)
-        if int(group) < 1:
-            raise ValueError(f"{self.name}: group must be >= 1, got {group!r}")
-        self.group = int(group)
+        self.group = _args.count(self.name, "group", group)
 
     def _check(self, x: Any, W: Any, b: Any) -> None:
         n, g = self.n, self.group
@@ -204,10 +188,10 @@ class ConvTransposeNd(_ConvNdBase):
         group: int = 1,
     ) -> None:
         super().__init__(n, stride, padding, dilation, group)
-        self.output_padding = _per_axis(output_padding, n, f"{self.name} output_padding", 0)
+        self.output_padding = _args.per_axis(self.name, "output_padding", output_padding, n, 0)
         for op, s, d in zip(self.output_padding, self.stride, self.dilation):
             if op >= max(s, d):
-                raise ValueError(f"{self.name}: output_padding {op} must be < stride or dilation")
+                raise _args.bad(self.name, "output_padding", "be < stride or dilation", output_padding)
 
     def channels(self, W: Any) -> tuple[int, int]:
         return W.shape[0], W.shape[1] * self.group
@@ -266,6 +250,7 @@ class ConvTransposeNd(_ConvNdBase):
 
 
 def _spatial_axes(x: Tensor, what: str) -> int:
+    _args.tensor(what, "x", x)
     if len(x.shape) < 3:
         raise ShapeError(f"{what}: x must be (N, C, spatial...), got shape {tuple(x.shape)}")
     return len(x.shape) - 2

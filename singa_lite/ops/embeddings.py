@@ -17,8 +17,9 @@ from typing import Any
 
 import numpy as np  # shape arithmetic only (CuPy may lack broadcast_shapes)
 
+from singa_lite import _args
 from singa_lite.autograd import Operator
-from singa_lite.errors import ArgumentError, DTypeError
+from singa_lite.errors import DTypeError
 from singa_lite.ops._util import unbroadcast
 from singa_lite.ops.indexing import Gather, _index_tensor
 from singa_lite.tensor import Tensor
@@ -32,7 +33,10 @@ class Embedding(Gather):
     def __init__(self, padding_idx: int | None = None) -> None:
         super().__init__(0)
         self.name = "embedding"
-        self.padding_idx = padding_idx
+        # Its range depends on the table: embedding() checks that.
+        self.padding_idx = (
+            None if padding_idx is None else _args.integer(self.name, "padding_idx", padding_idx)
+        )
 
     def forward(self, w: Any, indices: Any) -> Any:
         if w.ndim != 2:
@@ -112,11 +116,10 @@ def embedding(indices: Any, weight: Tensor, padding_idx: int | None = None) -> T
     >>> tensor.to_numpy(embedding(np.array([2, 0]), w)).tolist()
     [[4.0, 5.0], [0.0, 1.0]]
     """
-    n = weight.shape[0] if weight.ndim() else 0
+    n = weight.shape[0] if _args.tensor("embedding", "weight", weight).ndim() else 0
     if padding_idx is not None:
-        if isinstance(padding_idx, bool) or not isinstance(padding_idx, int) or not -n <= padding_idx < n:
-            raise ArgumentError(f"embedding: padding_idx must be an int in [{-n}, {n}), got {padding_idx!r}")
-        padding_idx %= n
+        # The range follows from the table: an argument that does not fit it is still the bad one.
+        padding_idx = _args.integer("embedding", "padding_idx", padding_idx, -n, n - 1) % n
     op = Embedding(padding_idx)
     return op(weight, _index_tensor(op, indices, weight, 0, "embedding"))[0]
 

@@ -15,7 +15,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from singa_lite.backend import cupy_kernels
+from singa_lite import _args
+from singa_lite.backend import cpu_kernels, cupy_kernels
 from singa_lite.errors import DTypeError
 from singa_lite.ops._util import normalize_axis
 from singa_lite.ops.activation import sigmoid_array
@@ -68,11 +69,8 @@ class BiasActivation(CheckedOp):
 
     def __init__(self, activation: str = "relu", axis: int = 1) -> None:
         super().__init__()
-        if activation not in ACTIVATIONS:
-            raise ValueError(
-                f"{self.name}: activation must be one of {', '.join(ACTIVATIONS)}, got {activation!r}"
-            )
-        self.activation, self.axis = activation, axis
+        self.activation = _args.choice(self.name, "activation", activation, tuple(ACTIVATIONS))
+        self.axis = _args.axis(self.name, "axis", axis)
 
     def forward(self, x: Any, b: Any) -> Any:
         xp = self.xp
@@ -83,8 +81,11 @@ class BiasActivation(CheckedOp):
             raise DTypeError(f"{self.name}: x and b must share a dtype, got {x.dtype} and {b.dtype}")
         self.a, self.b = a, b
         self.kernel = x.size > 0 and cupy_kernels.usable_32bit(xp, x, b)
+        self.cpu_kernel = cpu_kernels.usable(xp, x, b)
         if self.kernel:
             y = cupy_kernels.bias_activation_forward(xp, x, b, self.activation, a)
+        elif self.cpu_kernel:
+            y = cpu_kernels.activation.bias_activation_forward(x, b, self.activation, a)
         else:
             y = _activate(xp, x + b.reshape(b.shape + (1,) * (x.ndim - a - 1)), self.activation)
         # what the derivative is computed from: y for relu, sigmoid and tanh, x + b for gelu
@@ -99,6 +100,11 @@ class BiasActivation(CheckedOp):
             return cupy_kernels.bias_activation_backward(
                 xp, dy, self.saved, self.b, self.activation, a, need_x, need_b
             )
+        if self.cpu_kernel and cpu_kernels.usable(xp, dy, self.b, *saved):
+            dx, db = cpu_kernels.activation.bias_activation_backward(
+                dy, self.saved, self.b, self.activation, a
+            )
+            return (dx if need_x else None), (db if need_b else None)
         dz = self._grad(dy)
         db = None
         if need_b:

@@ -19,9 +19,9 @@ from typing import Any
 
 import numpy as np
 
-from singa_lite import backend
+from singa_lite import _args, backend
 from singa_lite.autograd import Operator
-from singa_lite.errors import DTypeError, ShapeError
+from singa_lite.errors import DTypeError
 from singa_lite.ops._util import normalize_axis, unbroadcast
 from singa_lite.tensor import Tensor
 
@@ -73,22 +73,25 @@ class Slice(_ScatterBack):
         steps: Sequence[int] | None = None,
     ) -> None:
         super().__init__()
-        self.starts, self.ends = [int(s) for s in starts], [int(e) for e in ends]
-        self.axes = None if axes is None else [int(a) for a in axes]
-        self.steps = None if steps is None else [int(s) for s in steps]
+        me = self.name
+        self.starts = list(_args.ints(me, "starts", starts, scalar=False))
+        n = (len(self.starts),)
+        self.ends = list(_args.ints(me, "ends", ends, n, scalar=False))
+        self.axes = None if axes is None else list(_args.ints(me, "axes", axes, n, scalar=False))
+        self.steps = None if steps is None else list(_args.ints(me, "steps", steps, n, scalar=False))
+        if self.steps is not None and 0 in self.steps:
+            raise _args.bad(me, "steps", "be nonzero", steps)
 
     def key(self, x: Any) -> tuple:
         n = len(self.starts)
         axes = list(range(n)) if self.axes is None else self.axes
         steps = [1] * n if self.steps is None else self.steps
-        if not len(self.ends) == len(axes) == len(steps) == n:
-            raise self.error("starts, ends, axes and steps must have the same length", x)
         key = [_slice(None)] * x.ndim
         seen: set[int] = set()
         for start, end, axis, step in zip(self.starts, self.ends, axes, steps):
             a = normalize_axis(axis, x.ndim, self.name)
-            if a in seen or step == 0:
-                raise self.error(f"repeated axis {axis} or zero step in axes {axes}, steps {steps}", x)
+            if a in seen:
+                raise self.error(f"repeated axis {axis} in axes {axes}", x)
             seen.add(a)
             key[a] = _onnx_slice(start, end, step, x.shape[a])
         return tuple(key)
@@ -272,7 +275,7 @@ def _index_tensor(op: _Indexed, indices: Any, x: Tensor, axis: int, opname: str)
     before upload, where that costs no device read; ``op`` is told so. A Tensor's indices
     already live on the device: ``op`` checks those itself.
     """
-    dev = x.device
+    dev = _args.tensor(opname, "x", x).device
     if isinstance(indices, Tensor) and indices.device == dev:
         if indices.dtype.kind not in "iu":
             raise DTypeError(f"{opname}: indices must be integers, got dtype {indices.dtype}")
@@ -298,7 +301,7 @@ class Gather(_Indexed):
 
     def __init__(self, axis: int = 0) -> None:
         super().__init__()
-        self.axis = axis
+        self.axis = _args.axis(self.name, "axis", axis)
 
     def forward(self, x: Any, indices: Any) -> Any:
         self.axis_ = normalize_axis(self.axis, x.ndim, self.name)
@@ -348,7 +351,7 @@ class GatherElements(_Indexed):
 
     def __init__(self, axis: int = 0) -> None:
         super().__init__()
-        self.axis = axis
+        self.axis = _args.axis(self.name, "axis", axis)
 
     def forward(self, x: Any, indices: Any) -> Any:
         axis = normalize_axis(self.axis, x.ndim, self.name)
@@ -401,9 +404,8 @@ class ScatterElements(_Indexed):
 
     def __init__(self, axis: int = 0, reduction: str = "none") -> None:
         super().__init__()
-        if reduction != "none" and reduction not in self.UFUNCS:
-            raise ValueError(f"scatter_elements: reduction {reduction!r} is not none/add/mul/max/min")
-        self.axis, self.reduction = axis, reduction
+        self.reduction = _args.choice(self.name, "reduction", reduction, ("none", *self.UFUNCS))
+        self.axis = _args.axis(self.name, "axis", axis)
 
     def forward(self, x: Any, indices: Any, updates: Any) -> Any:
         xp = self.xp
@@ -475,7 +477,8 @@ class OneHot(Operator):
 
     def __init__(self, depth: int, axis: int = -1) -> None:
         super().__init__()
-        self.depth, self.axis = int(depth), axis
+        self.depth = _args.count(self.name, "depth", depth)
+        self.axis = _args.axis(self.name, "axis", axis)
 
     def forward(self, indices: Any, values: Any) -> Any:
         xp = self.xp
@@ -551,7 +554,7 @@ def where(condition: Tensor, x: Tensor | float, y: Tensor | float) -> Tensor:
     """``x`` where ``condition`` is true, else ``y`` (NumPy order; scalars take the other's dtype)."""
     like = x if isinstance(x, Tensor) else y
     dtype = like.dtype if isinstance(like, Tensor) else np.dtype(np.float32)
-    dev = condition.device
+    dev = _args.tensor("where", "condition", condition).device
 
     def as_tensor(v: Any) -> Tensor:
         if isinstance(v, Tensor):
@@ -566,12 +569,14 @@ def onehot(indices: Tensor, depth: int | Tensor, values: Any = (0.0, 1.0), axis:
 
     Negative indices count from ``depth``; the output is float32 unless ``values`` is a Tensor.
     """
-    dev = indices.device
+    dev = _args.tensor("onehot", "indices", indices).device
+    d = (
+        int(np.asarray(depth).reshape(-1)[0])
+        if isinstance(depth, Tensor)
+        else _args.count("onehot", "depth", depth)
+    )
     if not isinstance(values, Tensor):
         values = Tensor._wrap(dev.xp.asarray(values, dtype=np.float32), dev, False, None, 0)
-    d = int(np.asarray(depth).reshape(-1)[0]) if isinstance(depth, Tensor) else int(depth)
-    if d < 1:
-        raise ShapeError(f"onehot: depth must be positive, got {d}")
     return OneHot(d, axis)(indices, values)[0]
 
 

@@ -23,13 +23,14 @@ set of taps per axis.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from numbers import Real
 from typing import Any
 
 import numpy as np
 
-from singa_lite import backend
+from singa_lite import _args, backend
 from singa_lite.autograd import Operator
-from singa_lite.errors import DTypeError, ShapeError
+from singa_lite.errors import ArgumentError, DTypeError
 from singa_lite.tensor import Tensor
 
 __all__ = ["Resize", "resize", "upsample"]
@@ -45,12 +46,6 @@ _COORD_MODES = (
 )
 _NEAREST_MODES = ("round_prefer_floor", "round_prefer_ceil", "floor", "ceil")
 _MODES = ("nearest", "linear", "cubic")
-
-
-def _choice(value: str, allowed: Sequence[str], what: str) -> str:
-    if value not in allowed:
-        raise ShapeError(f"resize: unsupported {what} {value!r}; use one of {', '.join(allowed)}")
-    return value
 
 
 class Resize(Operator):
@@ -70,26 +65,33 @@ class Resize(Operator):
         extrapolation_value: float = 0.0,
     ) -> None:
         super().__init__("resize")
+        me = self.name
         if (scales is None) == (sizes is None):
-            raise ShapeError("resize: give exactly one of scales and sizes")
+            raise ArgumentError(f"{me}: give exactly one of scales and sizes")
         # ONNX carries scales as float32: round them the same way, or a scale such as 0.6
         # lands coordinates on the other side of a floor/round boundary from every runtime.
-        self.scales = None if scales is None else tuple(float(np.float32(s)) for s in scales)
-        self.sizes = None if sizes is None else tuple(int(s) for s in sizes)
-        if self.scales is not None and min(self.scales, default=1) <= 0:
-            raise ShapeError(f"resize: scales must be positive, got {self.scales}")
-        if self.sizes is not None and min(self.sizes, default=1) < 1:
-            raise ShapeError(f"resize: sizes must be positive, got {self.sizes}")
-        self.mode = _choice(mode, _MODES, "mode")
-        self.coord = _choice(coordinate_transformation_mode, _COORD_MODES, "coordinate_transformation_mode")
-        self.nearest_mode = _choice(nearest_mode, _NEAREST_MODES, "nearest_mode")
-        self.cubic_a = float(cubic_coeff_a)
+        if scales is not None:
+            scales = tuple(
+                float(np.float32(s)) for s in _args.numbers(me, "scales", scales, 0.0, low_open=True)
+            )
+        self.scales = scales
+        self.sizes = None if sizes is None else _args.ints(me, "sizes", sizes, low=1, scalar=False)
+        self.mode = _args.choice(me, "mode", mode, _MODES)
+        self.coord = _args.choice(
+            me, "coordinate_transformation_mode", coordinate_transformation_mode, _COORD_MODES
+        )
+        self.nearest_mode = _args.choice(me, "nearest_mode", nearest_mode, _NEAREST_MODES)
+        self.cubic_a = _args.number(me, "cubic_coeff_a", cubic_coeff_a)
         self.exclude_outside = bool(exclude_outside)
         self.antialias = bool(antialias)
-        self.roi = None if roi is None else tuple(float(np.float32(v)) for v in roi)  # as ONNX carries it
-        self.extrapolation_value = float(extrapolation_value)
+        if roi is not None:
+            roi = tuple(float(np.float32(v)) for v in _args.numbers(me, "roi", roi))  # as ONNX carries it
+        self.roi = roi
+        self.extrapolation_value = float(
+            _args.instance(me, "extrapolation_value", extrapolation_value, Real, "a number")
+        )
         if self.coord == "tf_crop_and_resize" and self.roi is None:
-            raise ShapeError("resize: coordinate_transformation_mode 'tf_crop_and_resize' needs a roi")
+            raise ArgumentError(f"{me}: coordinate_transformation_mode 'tf_crop_and_resize' needs a roi")
 
     def forward(self, x: Any) -> Any:
         if x.dtype.kind != "f":
@@ -315,9 +317,8 @@ def upsample(x: Tensor, scales: Sequence[float], mode: str = "nearest") -> Tenso
 
     ``mode`` is ``'nearest'`` or ``'linear'`` (``'bilinear'`` is accepted as linear).
     """
+    mode = _args.choice("upsample", "mode", mode, ("nearest", "linear", "bilinear"))
     mode = "linear" if mode == "bilinear" else mode
-    if mode not in ("nearest", "linear"):
-        raise ShapeError(f"upsample: unsupported mode {mode!r}; use 'nearest' or 'linear'")
     return resize(
         x, scales=scales, mode=mode, coordinate_transformation_mode="asymmetric", nearest_mode="floor"
     )

@@ -10,6 +10,7 @@ from __future__ import annotations
 import string
 from typing import Any
 
+from singa_lite import _args
 from singa_lite.autograd import Operator
 from singa_lite.errors import ShapeError
 from singa_lite.ops._util import unbroadcast
@@ -86,7 +87,9 @@ class Gemm(Operator):
         self, alpha: float = 1.0, beta: float = 1.0, transA: bool = False, transB: bool = False
     ) -> None:
         super().__init__()
-        self.alpha, self.beta = alpha, beta
+        _args.number(self.name, "alpha", alpha)
+        _args.number(self.name, "beta", beta)
+        self.alpha, self.beta = alpha, beta  # as given: a NumPy scalar's dtype counts
         self.transA, self.transB = bool(transA), bool(transB)
 
     def forward(self, A: Any, B: Any, C: Any = None) -> Any:
@@ -159,7 +162,7 @@ class Einsum(Operator):
 
     def __init__(self, subscripts: str) -> None:
         super().__init__()
-        self.subscripts = subscripts
+        self.subscripts = _args.instance(self.name, "subscripts", subscripts, str, "an einsum string")
 
     def forward(self, *xs: Any) -> Any:
         self.ins, self.out = _parse_einsum(self.subscripts, [x.shape for x in xs])
@@ -208,6 +211,16 @@ def _tensordot_axes(axes: Any, a_ndim: int, b_ndim: int) -> tuple[list[int], lis
     return [x % a_ndim if a_ndim else x for x in axa], [x % b_ndim if b_ndim else x for x in axb]
 
 
+def _check_tensordot_axes(owner: str, axes: Any) -> None:
+    """An int (the last ``axes`` of a with the first of b) or a pair: a's axes, b's axes."""
+    if not isinstance(axes, (list, tuple)) or len(axes) != 2:
+        _args.count(owner, "axes", axes, 0)
+        return
+    axa, axb = (_args.ints(owner, "axes", half) for half in axes)
+    if len(axa) != len(axb):
+        raise _args.bad(owner, "axes", "pair as many axes of a as of b", axes)
+
+
 def _tensordot(xp: Any, a: Any, b: Any, axa: list[int], axb: list[int]) -> Any:
     """``xp.tensordot(a, b, (axa, axb))``. Contracting no axes is the outer product, written
     as a broadcast product: CuPy's tensordot refuses a 0-d operand even then, NumPy's does not."""
@@ -221,6 +234,7 @@ class Tensordot(Operator):
 
     def __init__(self, axes: Any = 2) -> None:
         super().__init__()
+        _check_tensordot_axes(self.name, axes)
         self.axes = axes
 
     def forward(self, a: Any, b: Any) -> Any:

@@ -13,9 +13,10 @@ from typing import Any
 
 import numpy as np  # dtype objects only; array math goes through self.xp
 
-from singa_lite import autograd
+from singa_lite import _args
 from singa_lite.autograd import Operator
-from singa_lite.errors import DTypeError, ShapeError
+from singa_lite.backend import cpu_kernels
+from singa_lite.errors import DTypeError
 from singa_lite.ops import _cupy_kernels
 from singa_lite.ops._util import normalize_axis, unbroadcast
 from singa_lite.tensor import Tensor
@@ -57,10 +58,11 @@ class BatchNorm(Operator):
     normalise. Gradients flow to ``x``, ``scale`` and ``bias`` only.
     """
 
-    def __init__(self, momentum: float = 0.9, eps: float = 1e-5, training: bool | None = None) -> None:
+    def __init__(self, momentum: float = 0.9, eps: float = 1e-5, training: bool = False) -> None:
         super().__init__("batchnorm_2d")
-        self.momentum, self.eps = float(momentum), float(eps)
-        self.mode = training  # None: follow autograd.training at forward time
+        self.momentum = _args.number(self.name, "momentum", momentum, 0.0, 1.0)
+        self.eps = _args.number(self.name, "eps", eps, 0.0)
+        self.training = bool(training)
 
     def forward(self, x: Any, scale: Any, bias: Any, running_mean: Any, running_var: Any) -> Any:
         xp = self.xp
@@ -71,7 +73,6 @@ class BatchNorm(Operator):
         for p in (scale, bias, running_mean, running_var):
             if p.shape != (c,):
                 raise self.error(f"scale, bias and running stats must have shape ({c},)", x, p)
-        self.training = autograd.training if self.mode is None else bool(self.mode)
         acc = _acc_dtype(x.dtype)
         # (N, C, S): one reduction over axes (0, 2) whatever the input's rank.
         x3 = x.reshape(x.shape[0], c, -1).astype(acc, copy=False)
@@ -190,7 +191,7 @@ class _Standardize(Operator, ABC):
 
     def __init__(self, eps: float, name: str) -> None:
         super().__init__(name)
-        self.eps = float(eps)
+        self.eps = _args.number(name, "eps", eps, 0.0)
 
     @abstractmethod
     def stats_axes(self, x: Any) -> tuple:
@@ -239,11 +240,38 @@ class LayerNorm(_Standardize):
 
     def __init__(self, axis: int = -1, eps: float = 1e-5) -> None:
         super().__init__(eps, "layer_norm")
-        self.axis = axis
+        self.axis = _args.axis(self.name, "axis", axis)
 
     def stats_axes(self, x: Any) -> tuple:
         self.norm_shape = x.shape[normalize_axis(self.axis, x.ndim, self.name) :]
         return tuple(range(x.ndim - len(self.norm_shape), x.ndim))
+
+    def forward(self, x: Any, scale: Any, bias: Any = None) -> Any:
+        params = (scale,) if bias is None else (scale, bias)
+        self.kernel = cpu_kernels.usable(self.xp, x, *params)
+        if not self.kernel:
+            return super().forward(x, scale, bias)
+        # One pass over the rows (backend/cpu_kernels/normalization.py), keeping a mean and a
+        # 1/std per row instead of xhat and 1/std as the plain path does.
+        self.axes = self.stats_axes(x)
+        self.views = [self.param_view(p, x) for p in params]
+        y, self.gamma, self.mean, self.rstd = cpu_kernels.normalization.layer_norm_forward(
+            x, scale, bias, self.eps, self.norm_shape
+        )
+        self.x = x
+        return y
+
+    def backward(self, dy: Any) -> tuple:
+        if not self.kernel:
+            return super().backward(dy)
+        dx, *dparams = cpu_kernels.normalization.layer_norm_backward(
+            self.x, dy, self.gamma, self.mean, self.rstd, self.needs_grad[0]
+        )
+        grads = [None if dx is None else dx.astype(dy.dtype, copy=False)]
+        lead = (1,) * (self.x.ndim - len(self.norm_shape))
+        for p, view, d in zip(self.inputs[1:], self.views, dparams):
+            grads.append(unbroadcast(d.reshape(lead + self.norm_shape), view).reshape(p.shape))
+        return tuple(grads)
 
     def param_view(self, p: Any, x: Any) -> tuple:
         target = self.norm_shape
@@ -276,9 +304,7 @@ class GroupNorm(_Standardize):
 
     def __init__(self, groups: int, eps: float = 1e-5) -> None:
         super().__init__(eps, "group_norm")
-        if isinstance(groups, bool) or not isinstance(groups, int) or groups < 1:
-            raise ShapeError(f"group_norm: groups must be a positive integer, got {groups!r}")
-        self.groups = groups
+        self.groups = _args.count(self.name, "groups", groups)
 
     def forward(self, x: Any, scale: Any, bias: Any = None) -> Any:
         if x.ndim < 2 or x.shape[1] % self.groups:
@@ -308,7 +334,8 @@ class RMSNorm(Operator):
 
     def __init__(self, axis: int = -1, eps: float | None = None) -> None:
         super().__init__("rms_norm")
-        self.axis, self.eps = axis, eps
+        self.axis = _args.axis(self.name, "axis", axis)
+        self.eps = None if eps is None else _args.number(self.name, "eps", eps, 0.0)
 
     def forward(self, x: Any, scale: Any) -> Any:
         xp = self.xp
@@ -348,16 +375,14 @@ class Dropout(Operator):
     """Inverted dropout: in training zero each element with probability ``ratio`` and scale the
     rest by ``1 / (1 - ratio)``, so inference is the identity."""
 
-    def __init__(self, ratio: float = 0.5) -> None:
+    def __init__(self, ratio: float = 0.5, training: bool = False) -> None:
         super().__init__("dropout")
-        ratio = float(ratio)
-        if not 0 <= ratio < 1:
-            raise ShapeError(f"dropout: ratio must be in [0, 1), got {ratio}")
-        self.ratio = ratio
+        self.ratio = _args.fraction(self.name, "ratio", ratio)
+        self.training = bool(training)
 
     def forward(self, x: Any) -> Any:
         self.mask = None
-        if not autograd.training or self.ratio == 0:
+        if not self.training or self.ratio == 0:
             return x
         _check_float(self, x)
         keep = self.device.rng.random(x.shape, dtype=self.xp.float32) >= self.ratio
@@ -376,9 +401,10 @@ class LRN(Operator):
 
     def __init__(self, size: int, alpha: float = 1e-4, beta: float = 0.75, bias: float = 1.0) -> None:
         super().__init__("lrn")
-        if int(size) < 1:
-            raise ShapeError(f"lrn: size must be positive, got {size}")
-        self.size, self.alpha, self.beta, self.bias = int(size), float(alpha), float(beta), float(bias)
+        me = self.name
+        self.size = _args.count(me, "size", size)
+        self.alpha, self.beta = _args.number(me, "alpha", alpha), _args.number(me, "beta", beta)
+        self.bias = _args.number(me, "bias", bias)
         self.lo, self.hi = (self.size - 1) // 2, self.size // 2  # channels before / after c
 
     def _window_sum(self, a: Any, before: int, after: int) -> Any:
@@ -423,16 +449,16 @@ def batchnorm_2d(
     running_var: Tensor,
     momentum: float = 0.9,
     eps: float = 1e-5,
-    training: bool | None = None,
+    training: bool = False,
 ) -> Tensor:
     """Batch normalisation of ``(N, C, ...)`` over every axis but the channel axis 1.
 
-    In training (``autograd.training``) the batch mean and (biased) variance normalise ``x``
-    and ``running_mean``/``running_var`` are updated in place:
+    With ``training`` the batch mean and (biased) variance normalise ``x`` and
+    ``running_mean``/``running_var`` are updated in place:
     ``running = momentum * running + (1 - momentum) * batch``, with the unbiased batch
-    variance (SINGA's momentum 0.9 equals PyTorch's momentum 0.1). In inference the running
-    statistics normalise ``x``. ``training`` overrides ``autograd.training`` for this call
-    (ONNX's ``training_mode``; ``False`` keeps a frozen batch norm in inference form).
+    variance (SINGA's momentum 0.9 equals PyTorch's momentum 0.1). Without it (inference) the
+    running statistics normalise ``x``. ``layer.BatchNorm2d`` and ``autograd.batchnorm_2d``
+    pass ``autograd.training``.
     """
     return BatchNorm(momentum, eps, training)(x, scale, bias, running_mean, running_var)[0]
 
@@ -474,13 +500,14 @@ def rms_norm(x: Tensor, scale: Tensor, axis: int = -1, eps: float | None = None)
     return RMSNorm(axis, eps)(x, scale)[0]
 
 
-def dropout(x: Tensor, ratio: float = 0.5) -> Tensor:
-    """Inverted dropout, active only while ``autograd.training`` is true.
+def dropout(x: Tensor, ratio: float = 0.5, training: bool = False) -> Tensor:
+    """Inverted dropout with ``training``; the identity without it (inference).
 
     Elements are kept with probability ``1 - ratio`` (drawn from the device's seeded
     generator) and scaled by ``1 / (1 - ratio)``. ``ratio`` must lie in ``[0, 1)``.
+    ``layer.Dropout`` and ``autograd.dropout`` pass ``autograd.training``.
     """
-    return Dropout(ratio)(x)[0]
+    return Dropout(ratio, training)(x)[0]
 
 
 def lrn(x: Tensor, size: int, alpha: float = 1e-4, beta: float = 0.75, bias: float = 1.0) -> Tensor:

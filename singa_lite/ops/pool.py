@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np  # the window counts of AvgPool are host-side geometry; array math uses xp
 
-from singa_lite import autograd
+from singa_lite import _args, autograd
 from singa_lite.autograd import Operator
 from singa_lite.backend import cupy_kernels
 from singa_lite.errors import DTypeError, ShapeError
@@ -49,28 +49,12 @@ __all__ = [
 IntOrSeq = int | Sequence[int]
 
 
-def _expand(v: IntOrSeq, n: int, what: str, opname: str) -> tuple[int, ...]:
-    vals = (v,) * n if isinstance(v, int) else tuple(int(a) for a in v)
-    if len(vals) != n:
-        raise ShapeError(f"{opname}: {what} {v!r} needs 1 or {n} values for {n} spatial axes")
-    return vals
-
-
 def _pads(padding: IntOrSeq, n: int, opname: str) -> tuple[tuple[int, ...], tuple[int, ...]]:
     """``(begin, end)`` padding per axis from an int, ``n`` values or ``2n`` (begin, end) pairs."""
-    if isinstance(padding, int):
-        begin = end = (padding,) * n
-    else:
-        p = tuple(int(a) for a in padding)
-        if len(p) == n:
-            begin = end = p
-        elif len(p) == 2 * n:
-            begin, end = p[0::2], p[1::2]
-        else:
-            raise ShapeError(f"{opname}: padding {padding!r} needs 1, {n} or {2 * n} values")
-    if min(begin + end) < 0:
-        raise ShapeError(f"{opname}: padding {padding!r} must not be negative")
-    return begin, end
+    p = _args.ints(opname, "padding", padding, (n, 2 * n), 0)
+    if len(p) == 2 * n:
+        return p[0::2], p[1::2]
+    return (p * n, p * n) if len(p) == 1 else (p, p)
 
 
 def _axis_out(size: int, k: int, s: int, pb: int, pe: int, d: int, ceil_mode: bool) -> int:
@@ -96,8 +80,9 @@ def pool_output_size(
     >>> pool_output_size(5, 2, ceil_mode=True)
     (3,)
     """
-    sizes = (input_size,) if isinstance(input_size, int) else tuple(input_size)
-    return _Window(len(sizes), kernel_size, stride, padding, dilation, ceil_mode, "pool").out_size(sizes)
+    sizes = _args.ints("pool_output_size", "input_size", input_size, None, 0)
+    win = _Window(len(sizes), kernel_size, stride, padding, dilation, ceil_mode, "pool_output_size")
+    return win.out_size(sizes)
 
 
 class _Window:
@@ -114,17 +99,17 @@ class _Window:
         opname: str,
     ) -> None:
         self.n, self.opname = n, opname
-        self.kernel = _expand(kernel_size, n, "kernel_size", opname)
-        self.stride = self.kernel if stride is None else _expand(stride, n, "stride", opname)
-        self.dilation = _expand(dilation, n, "dilation", opname)
+        self.kernel = _args.per_axis(opname, "kernel_size", kernel_size, n)
+        self.stride = self.kernel if stride is None else _args.per_axis(opname, "stride", stride, n)
+        self.dilation = _args.per_axis(opname, "dilation", dilation, n)
         self.begin, self.end = _pads(padding, n, opname)
         self.ceil_mode = bool(ceil_mode)
-        if min(self.kernel + self.stride + self.dilation) < 1:
-            raise ShapeError(f"{opname}: kernel, stride and dilation must be positive")
         for k, d, pb, pe in zip(self.kernel, self.dilation, self.begin, self.end):
             if max(pb, pe) >= d * (k - 1) + 1:
                 # Otherwise whole windows could lie in the padding (PyTorch forbids even more).
-                raise ShapeError(f"{opname}: padding ({pb}, {pe}) must be smaller than the kernel span")
+                raise _args.bad(
+                    opname, "padding", f"be smaller than the kernel span {d * (k - 1) + 1}", padding
+                )
 
     def out_size(self, sizes: Sequence[int]) -> tuple[int, ...]:
         geo = zip(sizes, self.kernel, self.stride, self.begin, self.end, self.dilation)
@@ -241,6 +226,10 @@ class _Pool(Operator):
     taps: list | None  # the tap views of the padded input; None when a kernel ran forward
 
     def __init__(self, window: _Window) -> None:
+        if not isinstance(window, _Window):
+            raise _args.bad(
+                type(self).__name__, "window", "be a pooling window; call max_pool or avg_pool", window
+            )
         super().__init__(window.opname)
         self.win = window
 
@@ -451,7 +440,7 @@ def max_pool(
     ceil_mode: bool = False,
 ) -> Tensor:
     """Max pooling over every spatial axis of ``(N, C, *spatial)`` (1-D, 2-D, 3-D...: ONNX MaxPool)."""
-    n = max(len(x.shape) - 2, 1)
+    n = max(len(_args.tensor("max_pool", "x", x).shape) - 2, 1)
     return MaxPool(_Window(n, kernel_size, stride, padding, dilation, ceil_mode, "max_pool"))(x)[0]
 
 
@@ -465,7 +454,7 @@ def avg_pool(
     dilation: IntOrSeq = 1,
 ) -> Tensor:
     """Average pooling over every spatial axis of ``(N, C, *spatial)`` (ONNX AveragePool)."""
-    n = max(len(x.shape) - 2, 1)
+    n = max(len(_args.tensor("avg_pool", "x", x).shape) - 2, 1)
     win = _Window(n, kernel_size, stride, padding, dilation, ceil_mode, "avg_pool")
     return AvgPool(win, count_include_pad)(x)[0]
 

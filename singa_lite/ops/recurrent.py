@@ -22,6 +22,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from typing import Any
 
+from singa_lite import _args
 from singa_lite.autograd import Operator
 from singa_lite.errors import DTypeError
 from singa_lite.tensor import Tensor
@@ -154,9 +155,7 @@ class RNNSequence(_Sequence):
 
     def __init__(self, nonlinearity: str = "tanh", reverse: bool = False) -> None:
         super().__init__(reverse)
-        if nonlinearity not in ("tanh", "relu"):
-            raise ValueError(f"{self.name}: nonlinearity must be 'tanh' or 'relu', got {nonlinearity!r}")
-        self.nonlinearity = nonlinearity
+        self.nonlinearity = _args.choice(self.name, "nonlinearity", nonlinearity, ("tanh", "relu"))
 
     def _steps(self, xw: Any, states: tuple, Wh: Any, Bh: Any) -> tuple:
         xp = self.xp

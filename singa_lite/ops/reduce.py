@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from singa_lite import _args
 from singa_lite.autograd import Operator
 from singa_lite.errors import DTypeError
 from singa_lite.ops._util import normalize_axis
@@ -47,6 +48,8 @@ class _Reduce(Operator):
 
     def __init__(self, axes: Axes = None, keepdims: bool = False) -> None:
         super().__init__()
+        if axes is not None:
+            _args.ints(self.name, "axes", axes)  # their range is checked against the input
         self.raw_axes = axes
         self.keepdims = bool(keepdims)
 
@@ -183,7 +186,7 @@ class _ArgExtreme(Operator):
         self, axis: int | None = -1, keepdims: bool = False, select_last_index: bool = False
     ) -> None:
         super().__init__()
-        self.axis = axis
+        self.axis = None if axis is None else _args.axis(self.name, "axis", axis)
         self.keepdims = bool(keepdims)
         self.last = bool(select_last_index)
 
@@ -225,7 +228,8 @@ class CumSum(Operator):
 
     def __init__(self, axis: int, exclusive: bool = False, reverse: bool = False) -> None:
         super().__init__()
-        self.axis, self.exclusive, self.reverse = int(axis), bool(exclusive), bool(reverse)
+        self.axis = _args.axis(self.name, "axis", axis)
+        self.exclusive, self.reverse = bool(exclusive), bool(reverse)
 
     def forward(self, x: Any) -> Any:
         if x.ndim == 0:

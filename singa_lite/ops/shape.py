@@ -11,13 +11,14 @@ from __future__ import annotations
 import builtins
 import math
 from collections.abc import Sequence
+from numbers import Real
 from typing import Any
 
 import numpy as np
 
-from singa_lite import backend
+from singa_lite import _args, backend
 from singa_lite.autograd import Operator
-from singa_lite.errors import DTypeError, ShapeError
+from singa_lite.errors import ArgumentError, DTypeError, ShapeError
 from singa_lite.ops._util import normalize_axis, unbroadcast
 from singa_lite.ops.indexing import (
     Gather,
@@ -95,7 +96,8 @@ class Reshape(Operator):
 
     def __init__(self, shape: Sequence[int] = ()) -> None:
         super().__init__()
-        self.shape = tuple(int(s) for s in shape)
+        # A -1 or other negatives are judged against the input (a ShapeError), not here.
+        self.shape = _args.ints(self.name, "shape", shape, scalar=False)
 
     def target(self, x: Any) -> tuple[int, ...]:
         shape = self.shape
@@ -123,7 +125,7 @@ class Flatten(Reshape):
 
     def __init__(self, axis: int = 1) -> None:
         super().__init__()
-        self.axis = axis
+        self.axis = _args.axis(self.name, "axis", axis)
 
     def target(self, x: Any) -> tuple[int, ...]:
         if not -x.ndim <= self.axis <= x.ndim:
@@ -137,6 +139,8 @@ class Squeeze(Reshape):
 
     def __init__(self, axes: int | Sequence[int] | None = None) -> None:
         super().__init__()
+        if axes is not None:
+            _args.ints(self.name, "axes", axes)
         self.axes = axes
 
     def target(self, x: Any) -> tuple[int, ...]:
@@ -154,6 +158,7 @@ class Unsqueeze(Reshape):
 
     def __init__(self, axes: int | Sequence[int] = 0) -> None:
         super().__init__()
+        _args.ints(self.name, "axes", axes)
         self.axes = axes
 
     def target(self, x: Any) -> tuple[int, ...]:
@@ -175,7 +180,7 @@ class Transpose(Operator):
 
     def __init__(self, axes: Sequence[int] | None = None) -> None:
         super().__init__()
-        self.axes = None if axes is None else tuple(int(a) for a in axes)
+        self.axes = None if axes is None else _args.ints(self.name, "axes", axes, scalar=False)
 
     def forward(self, x: Any) -> Any:
         if self.axes is None:
@@ -195,7 +200,7 @@ class Transpose(Operator):
 class Cat(Operator):
     def __init__(self, axis: int = 0) -> None:
         super().__init__()
-        self.axis = axis
+        self.axis = _args.axis(self.name, "axis", axis)
 
     def forward(self, *xs: Any) -> Any:
         first = xs[0]
@@ -220,13 +225,18 @@ class Split(Operator):
 
     def __init__(self, axis: int, parts: Sequence[int] | None = None, num_output: int | None = None) -> None:
         super().__init__()
-        self.axis, self.parts, self.num_output = axis, parts, num_output
+        me = self.name
+        if parts is None and num_output is None:
+            raise ArgumentError(f"{me}: give parts (the piece sizes) or num_output, got neither")
+        self.axis = _args.axis(me, "axis", axis)
+        self.parts = None if parts is None else _args.ints(me, "parts", parts, low=0, scalar=False)
+        self.num_output = None if num_output is None else _args.count(me, "num_output", num_output)
 
     def sizes(self, x: Any, axis: int) -> list[int]:
         n = x.shape[axis]
         if self.parts is not None:
-            parts = [int(p) for p in self.parts]
-            if sum(parts) != n or any(p < 0 for p in parts):
+            parts = list(self.parts)
+            if sum(parts) != n:
                 raise self.error(f"part sizes {parts} do not sum to {n}, the size of axis {axis}", x)
             return parts
         k = self.num_output
@@ -254,7 +264,7 @@ class Expand(Operator):
 
     def __init__(self, shape: Sequence[int]) -> None:
         super().__init__()
-        self.shape = tuple(int(s) for s in shape)
+        self.shape = _args.ints(self.name, "shape", shape, scalar=False)
 
     def forward(self, x: Any) -> Any:
         try:
@@ -274,11 +284,9 @@ class Tile(Operator):
 
     def __init__(self, repeats: int | Sequence[int]) -> None:
         super().__init__()
-        self.repeats = tuple(_as_list(repeats))
+        self.repeats = _args.ints(self.name, "repeats", repeats, low=0)
 
     def forward(self, x: Any) -> Any:
-        if any(r < 0 for r in self.repeats):
-            raise self.error(f"negative repeats {self.repeats}", x)
         n = max(x.ndim, len(self.repeats))
         self.reps = (1,) * (n - len(self.repeats)) + self.repeats
         self.padded = (1,) * (n - x.ndim) + x.shape
@@ -299,9 +307,10 @@ class Pad(Operator):
 
     def __init__(self, mode: str = "constant", pads: Sequence[int] = (), constant: float = 0.0) -> None:
         super().__init__()
-        if mode not in self.MODES:
-            raise ValueError(f"pad: mode {mode!r} is not one of {sorted(self.MODES)}")
-        self.mode, self.pads, self.constant = mode, [int(p) for p in pads], constant
+        self.mode = _args.choice(self.name, "mode", mode, tuple(self.MODES))
+        self.pads = list(_args.ints(self.name, "pads", pads, scalar=False))  # negative pads crop
+        # Any number, infinities included: -inf pads a mask.
+        self.constant = _args.instance(self.name, "constant", constant, Real, "a number")
 
     def forward(self, x: Any) -> Any:
         n = x.ndim
@@ -372,6 +381,8 @@ class RoundTo(Operator):
 
     def __init__(self, fn: Any) -> None:
         super().__init__()
+        if not callable(fn):
+            raise _args.bad(self.name, "fn", "be a function of a host array", fn)
         self.fn = fn
 
     def forward(self, x: Any) -> Any:
@@ -426,8 +437,8 @@ def transpose(x: Tensor, axes: Sequence[int] | None = None) -> Tensor:
 
 def cat(xs: Sequence[Tensor], axis: int = 0) -> Tensor:
     """Concatenate tensors of one dtype whose shapes agree except along ``axis``."""
-    if isinstance(xs, Tensor) or not len(xs):
-        raise ShapeError("cat: needs a non-empty list of tensors")
+    if isinstance(xs, Tensor) or not isinstance(xs, Sequence) or not len(xs):
+        raise _args.bad("cat", "xs", "be a non-empty list of tensors", xs)
     return Cat(axis)(*xs)[0]
 
 
@@ -465,10 +476,14 @@ def pad(x: Tensor, mode: str = "constant", pads: Sequence[int] = (), constant: f
 
 def depth_to_space(x: Tensor, blocksize: int, mode: str = "DCR") -> Tensor:
     """ONNX DepthToSpace on NCHW: move channel blocks into ``blocksize`` x ``blocksize`` tiles."""
-    if x.ndim() != 4 or mode not in ("DCR", "CRD") or x.shape[1] % (blocksize * blocksize):
+    me = "depth_to_space"
+    _args.tensor(me, "x", x)
+    blocksize = _args.count(me, "blocksize", blocksize)
+    _args.choice(me, "mode", mode, ("DCR", "CRD"))
+    if x.ndim() != 4 or x.shape[1] % (blocksize * blocksize):
         raise ShapeError(
             f"depth_to_space: needs NCHW input with channels divisible by blocksize^2 = "
-            f"{blocksize * blocksize} and mode DCR or CRD; got shape {x.shape}, mode {mode!r}"
+            f"{blocksize * blocksize}; got shape {x.shape}"
         )
     b, c, h, w = x.shape
     bs = blocksize
@@ -481,6 +496,8 @@ def depth_to_space(x: Tensor, blocksize: int, mode: str = "DCR") -> Tensor:
 
 def space_to_depth(x: Tensor, blocksize: int) -> Tensor:
     """ONNX SpaceToDepth on NCHW: the inverse of ``depth_to_space`` in DCR mode."""
+    _args.tensor("space_to_depth", "x", x)
+    blocksize = _args.count("space_to_depth", "blocksize", blocksize)
     if x.ndim() != 4 or x.shape[2] % blocksize or x.shape[3] % blocksize:
         raise ShapeError(
             f"space_to_depth: needs NCHW input with H and W divisible by blocksize {blocksize}; "

@@ -3,8 +3,10 @@
 ``singa_lite.autograd`` looks names up here before ``ops``, so SINGA code gets SINGA's
 meaning: ``autograd.where(x, y, condition)`` (condition last), ``autograd.round`` rounding
 halves away from zero (C's ``round``, as SINGA's kernel does) while ``ops.round`` is ONNX's
-halves-to-even (``autograd.rounde`` here), ``autograd.shape`` a function, not a module.
-``ops`` keeps the NumPy/ONNX conventions its own code and the ONNX importer rely on.
+halves-to-even (``autograd.rounde`` here), ``autograd.shape`` a function, not a module;
+``autograd.dropout`` and ``autograd.batchnorm_2d`` follow ``autograd.training``, where the
+``ops`` functions take ``training`` as an argument. ``ops`` keeps the NumPy/ONNX conventions
+its own code and the ONNX importer rely on.
 
 >>> import numpy as np
 >>> from singa_lite import autograd, tensor
@@ -20,9 +22,19 @@ from typing import Any
 
 import numpy as np
 
-from singa_lite import autograd, tensor
+from singa_lite import _args, autograd, tensor
 from singa_lite.errors import ArgumentError
-from singa_lite.ops import elementwise, indexing, interpolate, linalg, pool, reduce, unary
+from singa_lite.ops import (
+    attention,
+    elementwise,
+    indexing,
+    interpolate,
+    linalg,
+    normalization,
+    pool,
+    reduce,
+    unary,
+)
 from singa_lite.ops import shape as shape_ops
 from singa_lite.ops.unary import _Step
 from singa_lite.tensor import Tensor
@@ -53,10 +65,7 @@ def where(x: Tensor | float, y: Tensor | float, condition: Tensor) -> Tensor:
 
     A float condition (SINGA's comparisons give 0.0/1.0) counts as true where nonzero.
     """
-    if not isinstance(condition, Tensor):
-        raise ArgumentError(
-            f"where(x, y, condition): condition must be a Tensor, got {type(condition).__name__}"
-        )
+    _args.tensor("where(x, y, condition)", "condition", condition)
     if condition.dtype != np.bool_:
         condition = shape_ops.cast(condition, np.bool_)
     return indexing.where(condition, x, y)
@@ -87,7 +96,7 @@ def onehot(axis: Any, indices: Tensor | None = None, depth: Any = None, values: 
         raise ArgumentError("onehot(axis, indices, depth, values): indices and depth are required")
     if isinstance(values, Tensor):
         values = values.as_type(tensor.float32) if values.dtype.kind != "f" else values
-    return indexing.onehot(indices, depth, values, int(axis))
+    return indexing.onehot(indices, depth, values, _args.axis("onehot", "axis", axis))
 
 
 def shape(x: Tensor) -> Tensor:
@@ -107,31 +116,34 @@ def _like(out: Tensor, a: Tensor) -> Tensor:
 
 def _and(a: Tensor, b: Tensor) -> Tensor:
     """SINGA's ``_and``: 1 where both are nonzero, else 0, in ``a``'s dtype; no gradient."""
-    return _like(elementwise.logical_and(_bool(a), _bool(b)), a)
+    return _like(elementwise.logical_and(_bool(a, "_and"), _bool(b, "_and")), a)
 
 
 def _or(a: Tensor, b: Tensor) -> Tensor:
     """SINGA's ``_or``: 1 where either is nonzero, else 0, in ``a``'s dtype; no gradient."""
-    return _like(elementwise.logical_or(_bool(a), _bool(b)), a)
+    return _like(elementwise.logical_or(_bool(a, "_or"), _bool(b, "_or")), a)
 
 
 def _xor(a: Tensor, b: Tensor) -> Tensor:
     """SINGA's ``_xor``: 1 where exactly one is nonzero, else 0, in ``a``'s dtype; no gradient."""
-    return _like(elementwise.logical_xor(_bool(a), _bool(b)), a)
+    return _like(elementwise.logical_xor(_bool(a, "_xor"), _bool(b, "_xor")), a)
 
 
 def _not(x: Tensor) -> Tensor:
     """SINGA's ``_not``: 1 where ``x`` is zero, else 0, in ``x``'s dtype; no gradient."""
-    return _like(elementwise.logical_not(_bool(x)), x)
+    return _like(elementwise.logical_not(_bool(x, "_not")), x)
 
 
-def _bool(x: Tensor) -> Tensor:
+def _bool(x: Tensor, owner: str) -> Tensor:
+    _args.tensor(owner, "each input", x)  # before its dtype is read
     return x if x.dtype == np.bool_ else shape_ops.cast(x, np.bool_)
 
 
 def cossim(a: Tensor, b: Tensor) -> Tensor:
     """SINGA's ``cossim``: the cosine similarity of each row of ``a`` (N, D) with the same row
     of ``b``, shape (N,); differentiable (built from primitives)."""
+    _args.tensor("cossim", "a", a)
+    _args.tensor("cossim", "b", b)
     dot = reduce.reduce_sum(a * b, 1)
     norms = unary.sqrt(reduce.reduce_sum(a * a, 1)) * unary.sqrt(reduce.reduce_sum(b * b, 1))
     return dot / norms
@@ -140,6 +152,7 @@ def cossim(a: Tensor, b: Tensor) -> Tensor:
 def constant_of_shape(x: Tensor, value: Any = 0.0) -> Tensor:
     """SINGA's ``constant_of_shape``: a float32 tensor of the shape held in ``x`` (a 1-d integer
     tensor), filled with ``value``; no gradient."""
+    _args.tensor("constant_of_shape", "x", x)
     dims = tuple(int(d) for d in autograd.host_values(x).reshape(-1))
     fill = value.numpy().reshape(-1)[0] if isinstance(value, Tensor) else np.asarray(value).reshape(-1)[0]
     return tensor.full(dims, fill.item(), x.device, tensor.float32)
@@ -148,13 +161,53 @@ def constant_of_shape(x: Tensor, value: Any = 0.0) -> Tensor:
 def globalaveragepool(x: Tensor, data_format: str = "channels_first") -> Tensor:
     """SINGA's ``globalaveragepool``: the mean over the spatial axes, kept as size-1 axes;
     ``data_format='channels_last'`` takes ``(N, *spatial, C)``."""
+    _args.choice("globalaveragepool", "data_format", data_format, ("channels_first", "channels_last"))
     if data_format == "channels_first":
         return pool.global_average_pool(x)
-    if data_format != "channels_last":
-        raise ArgumentError(
-            f"globalaveragepool: data_format must be 'channels_first' or 'channels_last', got {data_format!r}"
-        )
     return reduce.reduce_mean(x, tuple(range(1, x.ndim() - 1)), keepdims=True)
+
+
+# Ops that behave differently in training take the mode as an argument in ``ops``; SINGA's
+# functional API reads it from ``autograd.training``, as SINGA's own does.
+def dropout(x: Tensor, ratio: float = 0.5) -> Tensor:
+    """SINGA's ``dropout``: inverted dropout while ``autograd.training`` is on, else the identity."""
+    return normalization.dropout(x, ratio, training=autograd.training)
+
+
+def batchnorm_2d(
+    x: Tensor,
+    scale: Tensor,
+    bias: Tensor,
+    running_mean: Tensor,
+    running_var: Tensor,
+    momentum: float = 0.9,
+    eps: float = 1e-5,
+    training: bool | None = None,
+) -> Tensor:
+    """``ops.batchnorm_2d`` in training behaviour while ``autograd.training`` is on;
+    ``training`` overrides the flag for this call."""
+    mode = autograd.training if training is None else bool(training)
+    return normalization.batchnorm_2d(x, scale, bias, running_mean, running_var, momentum, eps, mode)
+
+
+batch_norm = batchnorm_2d
+
+
+def scaled_dot_product_attention(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    mask: Tensor | None = None,
+    is_causal: bool = False,
+    dropout: float = 0.0,
+    scale: float | None = None,
+    block: int = attention.DEFAULT_BLOCK,
+) -> Tensor:
+    """``ops.scaled_dot_product_attention`` dropping probabilities while ``autograd.training``
+    is on."""
+    return attention.scaled_dot_product_attention(
+        q, k, v, mask, is_causal, dropout, scale, block, training=autograd.training
+    )
 
 
 Concat = shape_ops.Cat  # SINGA's name: Concat(axis)(*xs)
@@ -168,13 +221,17 @@ __all__ = [
     "_not",
     "_or",
     "_xor",
+    "batch_norm",
+    "batchnorm_2d",
     "constant_of_shape",
     "cossim",
+    "dropout",
     "globalaveragepool",
     "negative",
     "onehot",
     "round",
     "rounde",
+    "scaled_dot_product_attention",
     "shape",
     "upsample",
     "where",

@@ -11,9 +11,10 @@ integer or bool tensors instead of silently promoting them to float64; ``abs``, 
 from __future__ import annotations
 
 import math
+from numbers import Real
 from typing import Any
 
-from singa_lite import backend
+from singa_lite import _args, backend
 from singa_lite.autograd import Operator
 from singa_lite.errors import DTypeError, ShapeError
 from singa_lite.tensor import Tensor
@@ -198,6 +199,9 @@ class Clip(_IntOk):
 
     def __init__(self, min: float | None = None, max: float | None = None) -> None:  # noqa: A002
         super().__init__()
+        for name, bound in (("min", min), ("max", max)):
+            if bound is not None:  # infinities pass: an open end, as ONNX Clip's defaults
+                _args.instance(self.name, name, bound, Real, "a number or None")
         self.lo, self.hi = min, max
 
     def forward(self, x: Any) -> Any:

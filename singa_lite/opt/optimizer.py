@@ -14,7 +14,7 @@ import weakref
 from collections.abc import Mapping
 from typing import Any
 
-from singa_lite import autograd, backend, tensor
+from singa_lite import _args, autograd, backend, tensor
 from singa_lite.clip_grad import clip_grad_norm
 from singa_lite.device import device_of_array
 from singa_lite.errors import ArgumentError, DTypeError, OptimizerError, ShapeError, StateMismatchError
@@ -70,7 +70,9 @@ class Optimizer:
         self._owners: dict[str, Any] = {}  # slot key -> weakref to the tensor whose slots they are
         self._aliases: dict[int, tuple[Any, str]] = {}  # id(tensor) -> (weakref, slot key)
         self.last_norm: Tensor | None = None  # the global gradient norm of the latest clipped step
-        self._configure(_clip_norm(clip_norm), _count("accumulate", accumulate, 1), _no_decay(no_decay))
+        me = type(self).__name__
+        accumulate = _count(me, "accumulate", accumulate, 1)
+        self._configure(_clip_norm(me, clip_norm), accumulate, _no_decay(me, no_decay))
         for slot in self.slot_names:
             setattr(self, slot, {})
 
@@ -93,7 +95,7 @@ class Optimizer:
 
     @lr.setter
     def lr(self, value: Any) -> None:
-        self._lr = _as_schedule(value)
+        self._lr = _as_schedule(value, type(self).__name__)
 
     @property
     def lr_value(self) -> float:
@@ -202,7 +204,7 @@ class Optimizer:
     # -- hyperparameters -----------------------------------------------------------------
     def _check_hyperparams(self, hp: dict) -> dict:
         """Validated, normalised copy of ``hp`` (every name in ``hyperparam_names``)."""
-        return {k: _real(k, hp[k], 0.0) for k in self.hyperparam_names}
+        return {k: _real(type(self).__name__, k, hp[k], 0.0) for k in self.hyperparam_names}
 
     def _set_hyperparams(self, hp: dict) -> None:
         for k, v in self._check_hyperparams(hp).items():
@@ -307,14 +309,14 @@ class Optimizer:
         if not isinstance(exempt, Mapping) or not all(isinstance(v, bool) for v in exempt.values()):
             raise StateMismatchError(f"{me}.set_states: 'decay_exempt' must map param names to booleans")
         try:
-            accumulate = _count("accumulate", saved["accumulate"], 1)
-            micro_step = _count("micro_step", saved["micro_step"], 0)
+            accumulate = _count(me, "accumulate", saved["accumulate"], 1)
+            micro_step = _count(me, "micro_step", saved["micro_step"], 0)
             if micro_step >= accumulate:
                 raise OptimizerError(f"micro_step {micro_step} is not below accumulate {accumulate}")
             return (
-                _clip_norm(saved["clip_norm"]),
+                _clip_norm(me, saved["clip_norm"]),
                 accumulate,
-                None if saved["no_decay"] is None else _no_decay(saved["no_decay"]),
+                None if saved["no_decay"] is None else _no_decay(me, saved["no_decay"]),
                 micro_step,
                 {str(k): v for k, v in exempt.items()},
             )
@@ -428,12 +430,12 @@ def _copy_array(value: Any) -> Any:
     return backend.get_array_module(value).array(value, copy=True)
 
 
-def _clip_norm(value: Any) -> float | None:
+def _clip_norm(owner: str, value: Any) -> float | None:
     """``clip_norm`` checked: None (no clipping) or a positive finite number."""
-    return None if value is None else _real("clip_norm", value, 0.0, low_open=True)
+    return None if value is None else _real(owner, "clip_norm", value, 0.0, low_open=True)
 
 
-def _no_decay(rule: Any) -> Any:
+def _no_decay(owner: str, rule: Any) -> Any:
     """``no_decay`` checked: None, a predicate ``(name, param) -> bool``, or name patterns
     (``fnmatch`` globs such as ``"*.b"``; one string is one pattern) kept as a tuple."""
     if rule is None or callable(rule):
@@ -444,13 +446,12 @@ def _no_decay(rule: Any) -> Any:
     except TypeError:
         patterns = None
     if patterns is None or not all(isinstance(pat, str) for pat in patterns):
-        raise ArgumentError(
-            f"no_decay must be None, a predicate (name, param) -> bool or name patterns, got {rule!r:.60}"
-        )
+        requirement = "be None, a predicate (name, param) -> bool or name patterns"
+        raise _args.bad(owner, "no_decay", requirement, rule)
     return patterns
 
 
 def biases_and_norms(name: str, param: Tensor) -> bool:
     """A ``no_decay`` predicate: exempt every param of fewer than two dimensions (biases, the
     scales and shifts of norm layers), the usual rule for training transformers."""
-    return len(param.shape) < 2
+    return len(_args.tensor("biases_and_norms", "param", param).shape) < 2

@@ -6,30 +6,24 @@ import abc
 import inspect
 import math
 from collections.abc import Mapping
-from numbers import Integral, Real
+from numbers import Real
 from typing import Any
 
-from singa_lite import tensor
-from singa_lite.errors import ArgumentError, OptimizerError
+from singa_lite import _args, tensor
+from singa_lite.errors import OptimizerError
 from singa_lite.tensor import Tensor
 
 __all__ = ["Constant", "CosineDecay", "DecayScheduler", "ExponentialDecay", "StepDecay"]
 
 
-def _real(name: str, value: Any, low: float = -math.inf, low_open: bool = False) -> float:
-    """``value`` as a finite float no smaller than ``low`` (strictly larger if ``low_open``)."""
-    if isinstance(value, bool) or not isinstance(value, Real) or not math.isfinite(value):
-        raise OptimizerError(f"{name} must be a finite number, got {value!r}")
-    if value < low or (low_open and value == low):
-        raise OptimizerError(f"{name} must be {'>' if low_open else '>='} {low}, got {value!r}")
-    return float(value)
+def _real(owner: str, name: str, value: Any, low: float | None = None, **bounds: Any) -> float:
+    """``value`` as a finite float within the bounds (``_args.number``), or ``OptimizerError``."""
+    return _args.number(owner, name, value, low, error=OptimizerError, **bounds)
 
 
-def _count(name: str, value: Any, low: int) -> int:
+def _count(owner: str, name: str, value: Any, low: int) -> int:
     """``value`` as an int no smaller than ``low`` (step counts, step sizes)."""
-    if isinstance(value, bool) or not isinstance(value, Integral) or value < low:
-        raise OptimizerError(f"{name} must be an integer >= {low}, got {value!r}")
-    return int(value)
+    return _args.count(owner, name, value, low, error=OptimizerError)
 
 
 def _step_number(step: Any) -> int:
@@ -70,7 +64,7 @@ class DecayScheduler(abc.ABC):
         DecayScheduler._kinds[cls.__name__] = cls  # so from_states can rebuild any kind by name
 
     def __init__(self, init_value: float) -> None:
-        self.init_value = _real("init_value", init_value)
+        self.init_value = _real(type(self).__name__, "init_value", init_value)
 
     def __call__(self, step: Any) -> Tensor:
         dev = step.device if isinstance(step, Tensor) else None
@@ -133,8 +127,8 @@ class ExponentialDecay(DecayScheduler):
 
     def __init__(self, init_value: float, decay_steps: float, decay_rate: float, staircase: bool = False):
         super().__init__(init_value)
-        self.decay_steps = _real("decay_steps", decay_steps, 0.0, low_open=True)
-        self.decay_rate = _real("decay_rate", decay_rate, 0.0)
+        self.decay_steps = _real("ExponentialDecay", "decay_steps", decay_steps, 0.0, low_open=True)
+        self.decay_rate = _real("ExponentialDecay", "decay_rate", decay_rate, 0.0)
         self.staircase = bool(staircase)
 
     def call(self, step: int) -> float:
@@ -147,8 +141,8 @@ class StepDecay(DecayScheduler):
 
     def __init__(self, init_value: float, step_size: int, gamma: float = 0.1):
         super().__init__(init_value)
-        self.step_size = _count("step_size", step_size, 1)
-        self.gamma = _real("gamma", gamma, 0.0)
+        self.step_size = _count("StepDecay", "step_size", step_size, 1)
+        self.gamma = _real("StepDecay", "gamma", gamma, 0.0)
 
     def call(self, step: int) -> float:
         return self.init_value * self.gamma ** (step // self.step_size)
@@ -165,9 +159,9 @@ class CosineDecay(DecayScheduler):
 
     def __init__(self, init_value: float, decay_steps: int, alpha: float = 0.0, warmup_steps: int = 0):
         super().__init__(init_value)
-        self.decay_steps = _count("decay_steps", decay_steps, 1)
-        self.alpha = _real("alpha", alpha, 0.0)
-        self.warmup_steps = _count("warmup_steps", warmup_steps, 0)
+        self.decay_steps = _count("CosineDecay", "decay_steps", decay_steps, 1)
+        self.alpha = _real("CosineDecay", "alpha", alpha, 0.0, high=1.0)
+        self.warmup_steps = _count("CosineDecay", "warmup_steps", warmup_steps, 0)
 
     def call(self, step: int) -> float:
         if step < self.warmup_steps:
@@ -176,9 +170,10 @@ class CosineDecay(DecayScheduler):
         return self.init_value * (self.alpha + (1 - self.alpha) * 0.5 * (1 + math.cos(math.pi * t)))
 
 
-def _as_schedule(lr: Any) -> DecayScheduler:
+def _as_schedule(lr: Any, owner: str) -> DecayScheduler:
+    """``lr`` as a schedule: a number becomes ``Constant``."""
     if isinstance(lr, DecayScheduler):
         return lr
     if isinstance(lr, Real) and not isinstance(lr, bool):
-        return Constant(_real("lr", lr, 0.0))
-    raise ArgumentError(f"lr must be a number or a DecayScheduler, got {type(lr).__name__} {lr!r:.60}")
+        return Constant(_real(owner, "lr", lr, 0.0))
+    raise _args.bad(owner, "lr", "be a number or a DecayScheduler", lr, OptimizerError)

@@ -10,13 +10,37 @@ import math
 from typing import Any
 
 from singa_lite import backend, tensor
-from singa_lite.backend import cupy_kernels
+from singa_lite.backend import cpu_kernels, cupy_kernels
 from singa_lite.errors import OptimizerError
 from singa_lite.opt.optimizer import Optimizer
 from singa_lite.opt.schedules import _real
 from singa_lite.tensor import Tensor
 
 __all__ = ["SGD", "AdaGrad", "Adam", "AdamW", "RMSProp"]
+
+
+class _CudaUpdates:
+    """``cupy_kernels``' one-launch updates with the compiled CPU loops' signature."""
+
+    def __init__(self, xp: Any) -> None:
+        self.xp = xp
+
+    def sgd_update(self, *args: Any, **kwargs: Any) -> None:
+        cupy_kernels.sgd_update(self.xp, *args, **kwargs)
+
+    def adam_update(self, *args: Any, **kwargs: Any) -> None:
+        cupy_kernels.adam_update(self.xp, *args, **kwargs)
+
+
+def _fused_updates(xp: Any, *arrays: Any) -> Any:
+    """Where an update of ``arrays`` runs as one pass: the CUDA RawKernels
+    (``backend/kernels/optim.cu``), the compiled CPU loops (``cpu_kernels/optim.py``), or
+    None for the NumPy/CuPy op sequence each optimizer spells out."""
+    if cupy_kernels.usable(xp, *arrays):
+        return _CudaUpdates(xp)
+    if cpu_kernels.usable_in_place(xp, *arrays):
+        return cpu_kernels.optim
+    return None
 
 
 def _decayed(xp: Any, p: Any, g: Any, wd: Any) -> Any:
@@ -68,7 +92,7 @@ class SGD(Optimizer):
         )
 
     def _check_hyperparams(self, hp: dict) -> dict:
-        out = {k: _real(k, hp[k], 0.0) for k in ("momentum", "dampening", "weight_decay")}
+        out = {k: _real("SGD", k, hp[k], 0.0) for k in ("momentum", "dampening", "weight_decay")}
         out["nesterov"] = bool(hp["nesterov"])
         if out["nesterov"] and (out["momentum"] <= 0 or out["dampening"] != 0):
             raise OptimizerError("SGD: Nesterov momentum needs momentum > 0 and dampening 0")
@@ -79,13 +103,13 @@ class SGD(Optimizer):
         param_name, p, g, xp, c = self._prepare(param_name, param_value, param_grad)
         wd = self._weight_decay(param_name, param_value)
         buf = self.moments.get(param_name) if self.momentum else None
-        if cupy_kernels.usable(xp, p, g, *(() if buf is None else (buf,))):
-            # One launch with the arithmetic of the lines below, bit for bit (kernels/optim.cu).
+        fused = _fused_updates(xp, p, g, *(() if buf is None else (buf,)))
+        if fused is not None:
+            # One pass with the arithmetic of the lines below, bit for bit.
             first = bool(self.momentum) and buf is None
             if first:
                 buf = self.moments[param_name] = xp.empty_like(p)
-            cupy_kernels.sgd_update(
-                xp,
+            fused.sgd_update(
                 p,
                 g,
                 buf,
@@ -163,10 +187,10 @@ class Adam(Optimizer):
         v = self._slot(self.v, param_name, p, xp)
         wd = self._weight_decay(param_name, param_value)
         decoupled = bool(wd) and self._decoupled_decay
-        if cupy_kernels.usable(xp, p, g, m, v):
-            # One launch with the arithmetic of the lines below, bit for bit (kernels/optim.cu).
-            cupy_kernels.adam_update(
-                xp,
+        fused = _fused_updates(xp, p, g, m, v)
+        if fused is not None:
+            # One pass with the arithmetic of the lines below, bit for bit.
+            fused.adam_update(
                 p,
                 g,
                 m,

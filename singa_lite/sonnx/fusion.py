@@ -1,35 +1,71 @@
-"""Rewrites of ``SingaRep``'s inference program (``Program.fused``), run once at prepare time.
+"""Inference rewrites of an imported program, run once at prepare time: :data:`PASSES` and
+:func:`optimize`.
 
-Each pass finds a pattern in the program's nodes, checks from the graph that rewriting it cannot
-change a result (readers, graph outputs, constant weights), and swaps in other nodes or handlers;
-each new handler checks its inputs at run time as well and runs the original nodes where they are
-not what the rewrite assumed. A ``SONNXModel``, a cut (``last_layers``) and ``aux_output`` run
-the program as written.
+``optimize(program)`` copies a :class:`~singa_lite.sonnx.importer.Program` for inference (the
+nodes folded at prepare time dropped, the constants shared) and runs each pass on the copy, in
+order. A pass has a ``name`` and one method, ``run(program)``: it finds a pattern in the
+program's nodes, checks from the graph that rewriting it cannot change a result (readers, graph
+outputs, constant weights), and swaps in other nodes or handlers; each new handler checks its
+inputs at run time as well and runs the original nodes where they are not what the rewrite
+assumed. A ``SONNXModel``, a cut (``last_layers``), ``aux_output`` and
+``prepare(..., optimize=False)`` run the program as written.
 
-- ``_AffineChains``: BatchNormalization / per-channel Mul / Add chains into the Conv before them,
-  or into one ``x * a + c`` node.
-- ``_AffineReluConv``: ``relu(x * a + c)`` read only by a 1x1 Conv: one ``max(x, t)`` pass.
-- ``_PoolBeforeConv``: an average pool after a 1x1 Conv runs before it, on 4x fewer pixels.
-- ``_ConcatChains``: densenet's growing Concats write into one buffer instead of copying.
-- ``_InPlace``: Relu and residual Add on fresh arrays overwrite them.
+- ``FoldAffineChains``: BatchNormalization / per-channel Mul / Add chains into the Conv before
+  them, or into one ``x * a + c`` node.
+- ``FoldAffineReluConv``: ``relu(x * a + c)`` read only by a 1x1 Conv: one ``max(x, t)`` pass.
+- ``PoolBeforeConv``: an average pool after a 1x1 Conv runs before it, on 4x fewer pixels.
+- ``PackConvs``: a Conv's constant weight and bias as one matrix, made once.
+- ``ConcatIntoBuffers``: densenet's growing Concats write into one buffer instead of copying.
+- ``InPlace``: Relu and residual Add on fresh arrays overwrite them.
 """
 
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
 from singa_lite import backend
-from singa_lite.sonnx.handlers import HANDLERS
-from singa_lite.sonnx.handlers_base import Node
-from singa_lite.sonnx.handlers_nn import PackedConv
+from singa_lite.errors import OnnxError, SingaLiteError
+from singa_lite.sonnx.import_ops import HANDLERS
+from singa_lite.sonnx.import_ops.base import Node
+from singa_lite.sonnx.import_ops.nn import PackedConv
 from singa_lite.tensor import Tensor
 
 if TYPE_CHECKING:
-    from singa_lite.sonnx.backend import Program
+    from singa_lite.sonnx.importer import Program
+
+
+class Pass(Protocol):
+    """One inference rewrite: ``run`` changes a program's nodes, handlers and constants in place."""
+
+    name: str
+
+    def run(self, program: Program) -> None: ...
+
+
+def optimize(program: Program, passes: Sequence[Pass] | None = None) -> Program:
+    """A copy of ``program`` for inference only, rewritten by ``passes`` (default: :data:`PASSES`)
+    in order. The copy shares ``program``'s constants; ``program`` itself is left as it is."""
+    out = copy.copy(program)
+    out.constants = dict(program.constants)
+    kept = [k for k, folded in enumerate(program.folded) if not folded]  # their outputs are constants
+    out.nodes = [program.nodes[k] for k in kept]
+    out.handlers = [program.handlers[k] for k in kept]
+    out.folded = [False] * len(kept)
+    for p in PASSES if passes is None else passes:
+        try:
+            p.run(out)
+        except SingaLiteError:
+            raise
+        except Exception as e:  # a rewrite met what its checks did not foresee: name it, never crash
+            raise OnnxError(
+                f"the inference rewrite {p.name!r} failed on this model: {type(e).__name__}: {e}"
+            ) from e
+    out.last_use = out._last_uses()
+    return out
 
 
 def _readers(program: Program) -> dict[str, list[int]]:
@@ -53,7 +89,8 @@ class _AffineChains:
     ``SONNXModel`` keeps its BNs and weights separate and trainable.
 
     ``dropped`` are the indices of nodes to remove; ``replaced`` maps a node index to its new
-    ``(node, handler)``; ``constants`` are the folded weights by their new names.
+    ``(node, handler)``; ``constants`` are the folded weights by their new names
+    (``FoldAffineChains`` applies them).
     """
 
     def __init__(self, program: Program) -> None:
@@ -146,6 +183,23 @@ class _AffineChains:
         self.dropped.update(chain[1:])
 
 
+class FoldAffineChains:
+    """Each chain of per-channel affine nodes into the Conv before it, or into one node."""
+
+    name = "fold_affine_chains"
+
+    def run(self, program: Program) -> None:
+        found = _AffineChains(program)
+        nodes, handlers = [], []
+        for k, (node, fn) in enumerate(zip(program.nodes, program.handlers)):
+            if k not in found.dropped:
+                node, fn = found.replaced.get(k, (node, fn))
+                nodes.append(node)
+                handlers.append(fn)
+        program.nodes, program.handlers, program.folded = nodes, handlers, [False] * len(nodes)
+        program.constants.update(found.constants)
+
+
 def _per_channel(v: np.ndarray, channels: int, rank: int) -> np.ndarray | None:
     """``v`` as ``(channels,)`` float64 if, broadcast against an ``(N, C, ...)`` array of
     ``rank`` dims, it varies along the channel axis only (and so leaves the shape as it is)."""
@@ -193,7 +247,7 @@ class _AffineHandler:
         return prev.outputs[0]
 
 
-class _AffineReluConv:
+class FoldAffineReluConv:
     """``Conv1x1(relu(x * a + c))`` with every ``a > 0`` as ``Conv1x1'(max(x, t))``.
 
     densenet runs BN -> Relu -> 1x1 Conv 59 times on the growing concatenation: the affine node
@@ -205,25 +259,24 @@ class _AffineReluConv:
     program and passes its input on (``_Applied``).
     """
 
-    @classmethod
-    def rewrite(cls, program: Program) -> None:
-        """Fold each qualifying affine -> Relu -> 1x1 Conv of ``program`` (in place)."""
+    name = "fold_affine_relu_conv"
+
+    def run(self, program: Program) -> None:
         readers = _readers(program)
         for k, fn in enumerate(program.handlers):
             if isinstance(fn, _AffineHandler) and not program.folded[k]:
-                cls._fold(program, readers, k, fn)
+                self._fold(program, readers, k, fn)
 
     @staticmethod
     def _only_reader(program: Program, readers: dict, name: str) -> int | None:
         ks = readers.get(name, [])
         return ks[0] if len(ks) == 1 and name not in program.outputs else None
 
-    @classmethod
-    def _fold(cls, program: Program, readers: dict, k: int, affine: _AffineHandler) -> None:
-        r = cls._only_reader(program, readers, program.nodes[k].outputs[0])
+    def _fold(self, program: Program, readers: dict, k: int, affine: _AffineHandler) -> None:
+        r = self._only_reader(program, readers, program.nodes[k].outputs[0])
         if r is None or program.nodes[r].op != "Relu" or program.handlers[r] is not HANDLERS["Relu"]:
             return
-        q = cls._only_reader(program, readers, program.nodes[r].outputs[0])
+        q = self._only_reader(program, readers, program.nodes[r].outputs[0])
         if q is None or program.handlers[q] is not HANDLERS["Conv"] or program.folded[q]:
             return
         conv = program.nodes[q]
@@ -259,7 +312,7 @@ class _AffineReluConv:
 
 class _ClampHandler:
     """``max(x, t)`` per channel: an affine node and its Relu whose scale and shift went into
-    the 1x1 Conv reading them (see ``_AffineReluConv``)."""
+    the 1x1 Conv reading them (see ``FoldAffineReluConv``)."""
 
     def __init__(self, affine: _AffineHandler) -> None:
         self.affine = affine
@@ -281,7 +334,7 @@ class _Applied:
         return x
 
 
-class _PoolBeforeConv:
+class PoolBeforeConv:
     """``AveragePool(Conv1x1(x))`` run as ``Conv1x1(AveragePool(x))``: 4x fewer conv FLOPs.
 
     A 1x1 Conv with stride 1 and no padding maps each pixel on its own, linearly; an average
@@ -291,22 +344,22 @@ class _PoolBeforeConv:
     Conv's place in the program and the Conv to the pool's, so both still run in graph order.
     """
 
-    @classmethod
-    def rewrite(cls, program: Program) -> None:
-        """Swap each qualifying Conv -> AveragePool pair of ``program`` (in place)."""
+    name = "pool_before_conv"
+
+    def run(self, program: Program) -> None:
         readers = _readers(program)
         for k, node in enumerate(program.nodes):
             if (
                 node.op != "Conv"
                 or program.handlers[k] is not HANDLERS["Conv"]
-                or not cls._pointwise(program, node)
+                or not self._pointwise(program, node)
             ):
                 continue
             ks = readers.get(node.outputs[0], [])
             if (
                 len(ks) != 1
                 or node.outputs[0] in program.outputs
-                or not cls._plain_average(program.nodes[ks[0]])
+                or not self._plain_average(program.nodes[ks[0]])
             ):
                 continue
             p, pool = ks[0], program.nodes[ks[0]]
@@ -343,7 +396,28 @@ class _PoolBeforeConv:
         )
 
 
-class _ConcatChains:
+class PackConvs:
+    """Each Conv with a constant float weight and bias gets a ``PackedConv`` handler: weight and
+    bias as one matrix, made here once instead of at every run."""
+
+    name = "pack_convs"
+
+    def run(self, program: Program) -> None:
+        for k, node in enumerate(program.nodes):
+            if program.folded[k] or program.handlers[k] is not HANDLERS["Conv"] or len(node.inputs) < 3:
+                continue
+            W, B = (program.constants.get(name) for name in node.inputs[1:3])
+            if (
+                W is not None
+                and B is not None
+                and W.dtype == B.dtype
+                and W.dtype.kind == "f"
+                and PackedConv.fits(W, B, node.attr("group", 1))
+            ):
+                program.handlers[k] = PackedConv(W, B, node.attr("group", 1))
+
+
+class ConcatIntoBuffers:
     """Concats that extend the previous Concat's output, written into one buffer.
 
     In a densenet block every layer concatenates all features so far: ``c_j = Concat(c_{j-1},
@@ -354,13 +428,14 @@ class _ConcatChains:
     A link ``c_{j-1} -> c_j`` needs ``c_{j-1}`` to be read by no Concat other than ``c_j``, and
     as its first input only, and not to be a graph output: two Concats extending one view would
     write the same channels. The views are never written afterwards: no handler writes into an
-    input it does not own (``_InPlace`` only takes fresh Conv/affine outputs).
+    input it does not own (``InPlace`` only takes fresh Conv/affine outputs). The buffer sizes
+    are the static shapes of the Concat outputs (``Program.concat_shapes``).
     """
 
-    @classmethod
-    def rewrite(cls, program: Program, sizes: dict[str, tuple]) -> None:
-        """Give chained Concats of ``program`` a ``_ConcatInto`` handler; ``sizes`` are the
-        static shapes of Concat outputs (``Program.concat_shapes``)."""
+    name = "concat_into_buffers"
+
+    def run(self, program: Program) -> None:
+        sizes = program.concat_shapes
         readers = _readers(program)
         concat = HANDLERS["Concat"]
         member = {
@@ -454,7 +529,7 @@ def _address(a: Any) -> int:
     return int(ptr) if ptr is not None else int(a.__array_interface__["data"][0])
 
 
-class _InPlace:
+class InPlace:
     """Relu and residual Add/Sum nodes of an inference program that may overwrite an input.
 
     A Conv (or a folded affine chain) returns a new array that nothing else holds; if its one
@@ -464,12 +539,9 @@ class _InPlace:
     a fresh producer in turn (resnet's Conv -> Sum -> Relu). Graph outputs are never written.
     """
 
-    def __init__(self, fn: Callable, op: str, slot: int) -> None:
-        self.fn, self.op, self.slot = fn, op, slot
+    name = "in_place"
 
-    @classmethod
-    def rewrite(cls, program: Program) -> None:
-        """Swap in in-place handlers where ``program``'s reader counts allow it."""
+    def run(self, program: Program) -> None:
         readers: dict[str, int] = {}
         for node in program.nodes:
             for name in node.inputs:
@@ -484,12 +556,19 @@ class _InPlace:
                 if name in fresh and readers[name] == 1 and name not in program.outputs
             ]
             if node.op == "Relu" and fn is HANDLERS["Relu"] and owned:
-                program.handlers[k] = cls(fn, "Relu", 0)
+                program.handlers[k] = _InPlaceHandler(fn, "Relu", 0)
             elif node.op in ("Add", "Sum") and len(node.inputs) == 2 and owned:
-                program.handlers[k] = cls(fn, "Add", owned[0])
+                program.handlers[k] = _InPlaceHandler(fn, "Add", owned[0])
             elif not (fn is HANDLERS["Conv"] or isinstance(fn, (_AffineHandler, PackedConv))):
                 continue
             fresh.add(node.outputs[0])
+
+
+class _InPlaceHandler:
+    """``fn`` (Relu, or Add/Sum) writing its result into its input at ``slot`` (see ``InPlace``)."""
+
+    def __init__(self, fn: Callable, op: str, slot: int) -> None:
+        self.fn, self.op, self.slot = fn, op, slot
 
     def __call__(self, node: Node, *args: Tensor) -> Tensor:
         x = args[self.slot]
@@ -505,3 +584,17 @@ class _InPlace:
             return self.fn(node, *args)
         xp.add(a, other.data, out=a)
         return x
+
+
+PASSES: tuple[Pass, ...] = (
+    FoldAffineChains(),
+    FoldAffineReluConv(),
+    PoolBeforeConv(),
+    PackConvs(),
+    ConcatIntoBuffers(),
+    InPlace(),
+)
+"""The passes ``optimize`` runs. The order matters: ``FoldAffineReluConv`` looks for the affine
+nodes ``FoldAffineChains`` made and, like ``PoolBeforeConv``, for plain Conv handlers, which
+``PackConvs`` then packs; ``InPlace`` looks for what produces fresh arrays (Conv, packed or not,
+and affine nodes)."""

@@ -19,6 +19,11 @@ limit                  default   what it bounds
 ``max_model_bytes``    2 GiB     a model file or byte string read by ``prepare`` (protobuf
                                  cannot parse more); external data is bounded per tensor by
                                  ``max_tensor_bytes`` and must exist on disk
+``max_iterations``     100000    the body runs of ``Loop``, ``Scan`` and ``SequenceMap``
+                                 nodes in one run of an outermost control-flow node, nested
+                                 loops included (a ``Loop`` whose condition never turns false
+                                 stops here)
+``max_graph_depth``    32        how deeply subgraphs (``If``/``Loop``/``Scan`` bodies) nest
 =====================  ========  ===========================================================
 
 Set them for one call (``prepare(model, limits=Limits(max_tensor_bytes=1 << 30))``, also
@@ -49,17 +54,19 @@ GiB = 1 << 30
 
 @dataclasses.dataclass(frozen=True)
 class Limits:
-    """Allocation limits of ONNX import, in bytes (see the module docstring)."""
+    """Limits of ONNX import: bytes, loop iterations and subgraph depth (see the module docstring)."""
 
     max_tensor_bytes: int = 4 * GiB
     max_total_bytes: int = 16 * GiB
     max_model_bytes: int = 2 * GiB
+    max_iterations: int = 100_000
+    max_graph_depth: int = 32
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
             v = getattr(self, f.name)
             if not isinstance(v, int) or isinstance(v, bool) or v < 0:
-                raise ValueError(f"Limits.{f.name} must be a non-negative int of bytes, got {v!r}")
+                raise ValueError(f"Limits.{f.name} must be a non-negative int, got {v!r}")
 
 
 DEFAULT = Limits()
@@ -83,7 +90,8 @@ def resolve(limits: Limits | None) -> Limits:
 @contextlib.contextmanager
 def allocation_limits(**changes: int) -> Iterator[Limits]:
     """Within the block, models are prepared with the current limits changed by ``changes``
-    (``max_tensor_bytes=``, ``max_total_bytes=``, ``max_model_bytes=``)."""
+    (``max_tensor_bytes=``, ``max_total_bytes=``, ``max_model_bytes=``, ``max_iterations=``,
+    ``max_graph_depth=``)."""
     token = _current.set(dataclasses.replace(current(), **changes))
     try:
         yield _current.get()

@@ -2,7 +2,10 @@
 
 The initializers that feed trainable positions (convolution, Gemm and MatMul weights, biases,
 normalisation scales and shifts, recurrent weights, embedding tables) become registered params,
-named after their ONNX names; BatchNormalization's running statistics become states. So
+named after their ONNX names; BatchNormalization's running statistics become states. The
+integer weights of a quantized graph become float params holding their dequantized values,
+quantized again at every forward with a straight-through gradient (quantization-aware
+fine-tuning; ``import_ops.quant.quantized_weights``). So
 ``get_states``/``save_states`` hold the imported weights, any optimizer trains them, and
 ``forward(*x, last_layers=-k)`` cuts the graph for transfer learning (SINGA's API)::
 
@@ -26,14 +29,16 @@ from typing import Any
 import numpy as np
 from onnx import ModelProto, helper
 
+from singa_lite import _args, ops
 from singa_lite import device as _device
-from singa_lite import ops
 from singa_lite.errors import OnnxError
 from singa_lite.model import Model
 from singa_lite.sonnx import limits as _limits
-from singa_lite.sonnx.backend import Program
-from singa_lite.sonnx.handlers_base import proto_array
+from singa_lite.sonnx.import_ops.base import proto_array
+from singa_lite.sonnx.import_ops.quant import quantized_weights
+from singa_lite.sonnx.importer import Program, _check_model_argument
 from singa_lite.sonnx.reading import read_model
+from singa_lite.sonnx.subgraph import all_nodes
 from singa_lite.tensor import Tensor
 
 PARAM_INPUTS: dict[str, tuple[int, ...]] = {
@@ -81,9 +86,11 @@ def initializer_roles(proto: ModelProto) -> dict[str, str]:
         return recorded
     # Exporters pass some weights through Identity nodes (PyTorch does for running stats):
     # look through them to the initializer.
-    source = {n.output[0]: n.input[0] for n in proto.graph.node if n.op_type == "Identity"}
+    # Nodes inside If/Loop/Scan bodies count too: they read the outer graph's weights by name.
+    nodes = list(all_nodes(proto.graph))
+    source = {n.output[0]: n.input[0] for n in nodes if n.op_type == "Identity" and n.input}
     roles: dict[str, str] = {}
-    for node in proto.graph.node:
+    for node in nodes:
         for role, table in (("param", PARAM_INPUTS), ("state", STATE_INPUTS)):
             for i in table.get(node.op_type, ()):
                 name = node.input[i] if i < len(node.input) else ""
@@ -145,6 +152,9 @@ class SONNXModel(Model):
         (external data from the file's directory or ``base_dir``; ``limits`` on what it may
         allocate, kept for every run)."""
         super().__init__()
+        _check_model_argument("SONNXModel", onnx_model)
+        if limits is not None:
+            _args.instance("SONNXModel", "limits", limits, _limits.Limits, "a sonnx.limits.Limits")
         lim = _limits.resolve(limits)
         proto, external = read_model(onnx_model, base_dir, lim)
         dev = device if device is not None else _device.get_default_device()
@@ -164,7 +174,14 @@ class SONNXModel(Model):
             attr = param_name(onnx_name, taken)
             setattr(self, attr, t)
             self._onnx_names[onnx_name] = attr
-        self._program = Program(proto, dev, held=roles, limits=lim, external=external)
+        # Quantized weights train as their float values, quantized again at every forward (STE).
+        self._quantized = {k: w for k, w in quantized_weights(proto, external).items() if k not in roles}
+        for onnx_name, w in self._quantized.items():
+            attr = param_name(onnx_name, taken)
+            setattr(self, attr, Tensor(data=w.dequantized(), device=dev, stores_grad=True))
+            self._onnx_names[onnx_name] = attr
+        held = [*roles, *self._quantized]
+        self._program = Program(proto, dev, held=held, limits=lim, external=external)
 
     @property
     def onnx_names(self) -> dict[str, str]:
@@ -183,6 +200,8 @@ class SONNXModel(Model):
         Ops are recorded for backward while training, so the params get gradients.
         """
         variables = {name: getattr(self, attr) for name, attr in self._onnx_names.items()}
+        for name, w in self._quantized.items():
+            variables[name] = w.quantize(variables[name])
         feeds = self._program.feeds(list(x), check=False)  # any batch size (see Program.feeds)
         return self._program.run(feeds, variables, last_layers, aux_output)
 

@@ -4,6 +4,7 @@
 model with the arrays of its externally stored initializers. What it refuses, with an
 ``OnnxError`` naming the file or the tensor, before reading anything it was not pointed at:
 
+- subgraphs nested deeper than ``Limits.max_graph_depth``;
 - a path that is not a regular file (a FIFO would block forever), or a file or byte string over
   ``Limits.max_model_bytes``, before a byte of it is read;
 - external data without a directory to resolve it against: a path's own directory, or an
@@ -66,6 +67,7 @@ def read_model(
             proto = onnx.load_model_from_string(raw)
         except Exception as e:  # protobuf raises DecodeError, and others on odd bytes
             raise OnnxError(f"not a valid ONNX model (damaged or truncated?): {e}") from e
+    _check_depth(proto.graph, lim)
     external = [t for t in proto.graph.initializer if t.data_location == TensorProto.EXTERNAL]
     in_attrs = [t for t in _attribute_tensors(proto.graph) if t.data_location == TensorProto.EXTERNAL]
     if (external or in_attrs) and not own:
@@ -137,6 +139,24 @@ def _pread_all(fd: int, size: int, offset: int, what: str) -> bytes:
         chunks.append(chunk)
         got += len(chunk)
     return b"".join(chunks)
+
+
+def _check_depth(graph: Any, lim: _limits.Limits) -> None:
+    """Refuse subgraphs nested deeper than ``max_graph_depth`` before anything recurses into
+    them (onnx.checker, the readers here, the importer)."""
+    stack = [(graph, 0)]
+    while stack:
+        g, depth = stack.pop()
+        for node in g.node:
+            for a in node.attribute:
+                subs = [a.g] if a.HasField("g") else []
+                subs.extend(a.graphs)
+                if subs and depth + 1 > lim.max_graph_depth:
+                    raise OnnxError(
+                        f"node {node.name or node.op_type!r}: subgraphs nest deeper than "
+                        f"Limits.max_graph_depth = {lim.max_graph_depth}"
+                    )
+                stack.extend((sub, depth + 1) for sub in subs)
 
 
 def _attribute_tensors(graph: Any) -> list[TensorProto]:

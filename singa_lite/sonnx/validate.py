@@ -5,7 +5,9 @@ and onnxruntime refuses, is refused here with an ``OnnxError`` naming the node, 
 
 - the model: two default-domain opset imports; a graph input or output of an element type
   that does not exist (0, 999);
-- each node, once, at prepare time: an operator version older than the ones the handlers
+- each node, once, at prepare time: the subgraphs of ``If``, ``Loop``, ``Scan`` and
+  ``SequenceMap`` against the node (inputs and outputs they must take and give, scan axes
+  and directions); an operator version older than the ones the handlers
   implement (the model's opset resolves to an operator definition from before opset 7 that
   later changed, as onnxruntime does); attribute values out of their schema's range (strides,
   dilations, kernel_shape, group, pads, LSTM ``direction``, BatchNormalization
@@ -13,7 +15,7 @@ and onnxruntime refuses, is refused here with an ``OnnxError`` naming the node, 
 - each node, at every run, its input *types* against the schema's type constraints: inputs
   bound to one type parameter must agree (a float ``Gemm`` with an int64 weight), and each type
   must be one the parameter allows (float ``Slice`` starts). Element types held in a wider one
-  (``handlers_base.storage_dtype``) are compared as held.
+  (``import_ops.base.storage_dtype``) are compared as held.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ import onnx
 from onnx import ModelProto, TensorProto, helper
 
 from singa_lite.errors import OnnxError, SingaLiteError, UnsupportedOperatorError
-from singa_lite.sonnx.handlers_base import Node, storage_dtype
+from singa_lite.sonnx.import_ops.base import Node, storage_dtype
 
 MIN_OPSET = 7
 """The handlers implement operator definitions from this opset on; an older definition that
@@ -157,6 +159,69 @@ def _topk(node: Node) -> None:
     _one_of(node, "sorted", (0, 1))
 
 
+def _graph(node: Node, name: str) -> Any:
+    """The ``GraphProto`` of the graph attribute ``name``."""
+    a = node.attrs.get(name)
+    if getattr(a, "type", None) != onnx.AttributeProto.GRAPH:
+        raise node.fail(f"attribute {name} must be a graph")
+    return a.g  # type: ignore[union-attr]
+
+
+def _if(node: Node) -> None:
+    for name in ("then_branch", "else_branch"):
+        g = _graph(node, name)
+        if len(g.input) or len(g.output) != node.n_outputs:
+            raise node.fail(
+                f"{name} must take no inputs and give the node's {node.n_outputs} outputs; it takes "
+                f"{len(g.input)} and gives {len(g.output)}"
+            )
+
+
+def _loop(node: Node) -> None:
+    g = _graph(node, "body")
+    carried = len(node.inputs) - 2
+    if carried < 0 or len(g.input) != carried + 2 or len(g.output) < carried + 1:
+        raise node.fail(
+            f"body must take the iteration number, the condition and the {max(carried, 0)} loop-carried "
+            f"values, and give the condition and those values first; it takes {len(g.input)} inputs and "
+            f"gives {len(g.output)} outputs"
+        )
+    if node.n_outputs > len(g.output) - 1:
+        raise node.fail(f"the node has {node.n_outputs} outputs, its body gives {len(g.output) - 1}")
+
+
+def _scan(node: Node) -> None:
+    g = _graph(node, "body")
+    m = node.attr("num_scan_inputs")
+    declared = len(node.inputs) - (1 if node.opset < 9 else 0)  # opset 8: sequence_lens first
+    if not isinstance(m, int) or not 1 <= m <= declared or len(g.input) != declared:
+        raise node.fail(
+            f"num_scan_inputs = {m} must be in [1, {declared}] and the body must take the node's {declared} "
+            f"state and scan inputs; it takes {len(g.input)}"
+        )
+    states, n_scan = declared - m, len(g.output) - (declared - m)
+    if n_scan < 0 or node.n_outputs > len(g.output):
+        raise node.fail(
+            f"the body gives {len(g.output)} outputs for {states} states and the node's {node.n_outputs}"
+        )
+    for name, count in (("scan_input_axes", m), ("scan_input_directions", m), ("directions", m),
+                        ("scan_output_axes", n_scan), ("scan_output_directions", n_scan)):  # fmt: skip
+        v = node.attr(name)
+        if v is not None and len(v) != count:
+            raise node.fail(f"attribute {name} = {v} needs {count} values")
+        if v is not None and "directions" in name and any(d not in (0, 1) for d in v):
+            raise node.fail(f"attribute {name} = {v} must hold 0 (forward) or 1 (reverse)")
+
+
+def _sequence_map(node: Node) -> None:
+    g = _graph(node, "body")
+    if len(g.input) != len(node.inputs) or len(g.output) != node.n_outputs:
+        raise node.fail(
+            f"body must take the node's {len(node.inputs)} inputs and give its {node.n_outputs} outputs; it "
+            f"takes {len(g.input)} and gives {len(g.output)}"
+        )
+
+
 _ATTRIBUTE_CHECKS = {
     "Conv": _window,
     "ConvTranspose": _window,
@@ -172,6 +237,10 @@ _ATTRIBUTE_CHECKS = {
     "SpaceToDepth": _space_to_depth,
     "Gemm": _gemm,
     "TopK": _topk,
+    "If": _if,
+    "Loop": _loop,
+    "Scan": _scan,
+    "SequenceMap": _sequence_map,
 }
 
 
@@ -245,13 +314,18 @@ class InputTypes:
         n = len(args)
         for i, held, type_str in self.allowed:
             a = args[i] if i < n else None
+            if a is not None and not hasattr(a, "dtype"):  # a sequence (list) where a tensor belongs
+                raise OnnxError(
+                    f"{self.node}: input {i} ({self.node.inputs[i]!r}) is a sequence, where {type_str} of "
+                    f"{self.node.op} (opset {self.node.opset}) takes a tensor"
+                )
             if a is not None and a.dtype not in held:
                 raise OnnxError(
                     f"{self.node}: input {i} ({self.node.inputs[i]!r}) has element type {np.dtype(a.dtype)}, "
                     f"which {type_str} of {self.node.op} does not allow"
                 )
         for group in self.groups:
-            present = [(i, args[i]) for i in group if i < n and args[i] is not None]
+            present = [(i, args[i]) for i in group if i < n and hasattr(args[i], "dtype")]
             if len({a.dtype for _, a in present}) > 1:
                 types = ", ".join(f"{self.node.inputs[i]!r}: {np.dtype(a.dtype)}" for i, a in present)
                 raise OnnxError(

@@ -197,7 +197,7 @@ def test_distopt_delegates_states_and_checks_arguments() -> None:
     assert sgd.step_counter == 7
     d.step_counter = 5  # graph mode sets it back after capturing a step
     assert sgd.step_counter == 5
-    with pytest.raises(TypeError, match="wraps an optimizer"):
+    with pytest.raises(TypeError, match="DistOpt: opt must be an optimizer to wrap"):
         opt.DistOpt("sgd")  # type: ignore[arg-type]
     with pytest.raises(OptimizerError, match="buffSize"):
         opt.DistOpt(sgd, buffSize=0)

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from opcheck import check_forward, check_grad, to_tensors
 
 from singa_lite import autograd, device, tensor
-from singa_lite.errors import DTypeError, ShapeError
+from singa_lite.errors import ArgumentError, DTypeError, ShapeError
 
 DTYPES = [np.float16, np.float32, np.float64]
 TOL = {np.float16: 2e-2, np.float32: 1e-4, np.float64: 1e-10}
@@ -266,7 +266,7 @@ def test_lrn_forward(dev, size, dtype, c):
 def test_lrn_grad(dev, size):
     x = np.random.default_rng(5).standard_normal((1, 4, 2, 2))
     check_grad(lambda t: autograd.lrn(t, size, 0.8, 0.6, 1.2), [x], dev)
-    with pytest.raises(ShapeError, match="lrn"):
+    with pytest.raises(ArgumentError, match="lrn: size must be an integer >= 1, got 0"):
         autograd.lrn(tensor.Tensor(data=x, device=dev, requires_grad=False), 0)
 
 
@@ -316,5 +316,83 @@ def test_dropout_reproducible(dev):
 @pytest.mark.parametrize("ratio", [1.0, -0.1, 1.5])
 def test_dropout_bad_ratio(ratio):
     x = tensor.Tensor(data=np.ones(3, np.float32), device=device.create_cpu_device(), requires_grad=False)
-    with pytest.raises(ShapeError, match="ratio"):
+    with pytest.raises(ArgumentError, match=r"dropout: ratio must be a number in \[0, 1\)"):
         autograd.dropout(x, ratio)
+
+
+# -- rms_norm and group_norm ----------------------------------------------------------------------
+def ref_rms(x, w, axes, eps):
+    x = x.astype(np.float64)
+    return x / np.sqrt((x * x).mean(axis=axes, keepdims=True) + eps) * w
+
+
+def ref_group(x, g, w, b, eps=1e-5):
+    n, c = x.shape[:2]
+    x4 = x.astype(np.float64).reshape(n, g, c // g, -1)
+    y = (x4 - x4.mean(axis=(2, 3), keepdims=True)) / np.sqrt(x4.var(axis=(2, 3), keepdims=True) + eps)
+    view = (1, c) + (1,) * (x.ndim - 2)
+    return y.reshape(x.shape) * w.reshape(view) + (0 if b is None else b.reshape(view))
+
+
+@given(
+    shape=st.sampled_from([(3,), (2, 5), (2, 3, 4), (1, 2, 3, 2)]),
+    dims=st.integers(1, 2),
+    eps=st.sampled_from([None, 1e-3]),
+    dtype=st.sampled_from(DTYPES),
+    seed=st.integers(0, 50),
+)
+def test_rms_norm(dev, shape, dims, eps, dtype, seed):
+    dims = min(dims, len(shape))
+    rng = np.random.default_rng(seed)
+    x = (rng.standard_normal(shape) * 2).astype(dtype)
+    w = rng.standard_normal(shape[-dims:]).astype(dtype)
+    axes = tuple(range(len(shape) - dims, len(shape)))
+    e = float(np.finfo(dtype).eps) if eps is None else eps
+    tol = TOL[dtype]
+
+    def fn(x, w):
+        return autograd.rms_norm(x, w, -dims, eps)
+
+    check_forward(fn, lambda x, w: ref_rms(x, w, axes, e).astype(dtype), [x, w], dev, rtol=tol, atol=tol)
+    if dtype == np.float64:
+        check_grad(fn, [x, w], dev)
+        check_grad(lambda x, w: autograd.rms_norm(x, w, -dims, eps), [x, w[..., :1]], dev)  # broadcast scale
+
+
+@given(
+    shape=st.sampled_from([(2, 4), (2, 6, 3), (1, 4, 2, 3), (3, 2, 1, 2, 2)]),
+    groups=st.sampled_from([1, 2]),
+    bias=st.booleans(),
+    dtype=st.sampled_from(DTYPES),
+    seed=st.integers(0, 50),
+)
+def test_group_norm(dev, shape, groups, bias, dtype, seed):
+    rng = np.random.default_rng(seed)
+    c = shape[1]
+    x = (rng.standard_normal(shape) * 2 + 1).astype(dtype)
+    w, b = rng.standard_normal(c).astype(dtype), rng.standard_normal(c).astype(dtype)
+    arrays = [x, w, b] if bias else [x, w]
+    tol = TOL[dtype]
+
+    def fn(*a):
+        return autograd.group_norm(a[0], groups, *a[1:])
+
+    check_forward(fn, lambda *a: ref_group(a[0], groups, *a[1:], *([] if bias else [None])).astype(dtype),
+                  arrays, dev, rtol=tol, atol=tol)  # fmt: skip
+    if dtype == np.float64:
+        check_grad(fn, arrays, dev)
+
+
+def test_norm_bad_input(dev):
+    x = to_tensors([np.zeros((2, 6, 3))], dev)[0]
+    w = to_tensors([np.ones(6)], dev)[0]
+    with pytest.raises(ShapeError, match="divisible"):
+        autograd.group_norm(x, 4, w)
+    with pytest.raises(ShapeError, match="shape"):
+        autograd.group_norm(x, 2, to_tensors([np.ones(3)], dev)[0])
+    with pytest.raises(ArgumentError, match="group_norm: groups must be an integer >= 1, got 0"):
+        autograd.group_norm(x, 0, w)
+    with pytest.raises(ShapeError, match="broadcast"):
+        autograd.rms_norm(x, to_tensors([np.ones(4)], dev)[0])
+    with pytest.raises(DTypeError):
+        autograd.rms_norm(tensor.from_numpy(np.ones((2, 3), np.int32), dev), w)

@@ -200,7 +200,7 @@ def bombs(side: int = 10**6, tensor_limit: int = LIMITS["max_tensor_bytes"]) -> 
     nodes = [helper.make_node("ConstantOfShape", ["s"], [f"o{i}"], name=f"cos{i}") for i in range(64)]
     m = model(nodes, [V("s", [1], T.INT64)], [out(f"o{i}", 1) for i in range(64)])
     cases.append(Case("bomb-many-outputs-run", "bomb", _bytes(m), [np.array([tensor_limit // 8], i64)]))
-    # a narrow integer initializer under the limit, held as int64: 8 times over it
+    # an int8 initializer under the limit, cast to float32: twice over it
     w = np.zeros(tensor_limit // 2, np.int8)
     m = model([node("Cast", ["w"], ["y"], to=T.FLOAT)], [V("x", [1])], [out("y", 1)], [init("w", w)])
     cases.append(Case("bomb-widened-int8", "bomb", _bytes(m), [np.ones(1, np.float32)]))

@@ -1,9 +1,10 @@
 """onnx's node test cases that singa_lite's importer does not pass, each with the reason.
 
-``UNSUPPORTED_TYPES``: the case feeds or produces values that are not numeric tensors (strings,
-sequences, optionals), outside what the importer can express, so the pass rate of DESIGN §5's
-operators is measured on the other cases. (Numeric types singa_lite tensors lack are held in a
-wider one: narrow and sub-byte integers as int64, bfloat16, float8 and float4 as float32.)
+``UNSUPPORTED_TYPES``: the case feeds or produces values that are not numeric tensors, sequences
+or optionals of them (strings), outside what the importer can express, so the pass rate of DESIGN §5's
+operators is measured on the other cases. (Tensors hold every integer type ONNX has from int8
+to uint64; the types they lack are held in a wider one: int4/int2 as int8, uint4/uint2 as uint8,
+bfloat16, float8 and float4 as float32.)
 
 ``EXCLUDES``: cases of supported types that fail, with why. They still count as failures in the
 pass rate, and each runs as a strict xfail, so a fix is noticed.
@@ -11,7 +12,6 @@ pass rate, and each runs as a strict xfail, so a fix is noticed.
 
 UNSUPPORTED_TYPES = {
     r"string": "string tensors have no singa_lite dtype",
-    r"^test_identity_(sequence|opt)$": "sequence and optional values are not tensors",
 }
 
 EXCLUDES = {
@@ -53,3 +53,11 @@ EXCLUDES.update(
         for dst in ("FLOAT8E4M3FN", "FLOAT8E4M3FNUZ", "FLOAT8E5M2", "FLOAT8E5M2FNUZ")
     }
 )
+# Random generators: onnx draws the expected values from NumPy's global, unseeded generator
+# when the cases are built, so no implementation reproduces them (onnxruntime excludes them
+# too). A few of the 10 draws may match by chance, so these run as non-strict xfails.
+RANDOM_VALUES = {
+    f"test_bernoulli{case}": "random values: onnx's come from NumPy's global generator"
+    for case in ("", "_double", "_seed", "_expanded", "_double_expanded", "_seed_expanded")
+}
+EXCLUDES.update(RANDOM_VALUES)

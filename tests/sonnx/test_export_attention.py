@@ -10,7 +10,7 @@ import onnx
 import pytest
 
 from singa_lite import autograd, layer, model, opt, sonnx, tensor
-from singa_lite.sonnx.frontend import export_function
+from singa_lite.sonnx.exporter import export_function
 
 ort = pytest.importorskip("onnxruntime", reason="onnxruntime is not installed")
 

@@ -12,7 +12,7 @@ import onnx
 import pytest
 
 from singa_lite import layer, model, ops, tensor
-from singa_lite.sonnx.frontend import export_model
+from singa_lite.sonnx.exporter import export_model
 
 ort = pytest.importorskip("onnxruntime", reason="onnxruntime is not installed")
 R = np.random.default_rng(0)

@@ -13,7 +13,7 @@ import pytest
 
 from singa_lite import autograd, ops, tensor
 from singa_lite.errors import OnnxError, UnsupportedOperatorError
-from singa_lite.sonnx.frontend import DEFAULT_OPSET, export_function
+from singa_lite.sonnx.exporter import DEFAULT_OPSET, export_function
 
 ort = pytest.importorskip("onnxruntime", reason="onnxruntime is not installed")
 
@@ -571,7 +571,7 @@ def test_to_onnx_walks_creators():
     h = ops.max_pool2d(ops.relu(ops.conv2d(x, W, padding=1)), 2)
     y1, y2 = ops.flatten(h), ops.reduce_mean(h, (2, 3))
     autograd.training = False
-    from singa_lite.sonnx.frontend import to_onnx
+    from singa_lite.sonnx.exporter import to_onnx
 
     model = to_onnx([x], [y1, y2], model_name="two_outputs")
     onnx.checker.check_model(model, full_check=True)
@@ -587,7 +587,7 @@ def test_to_onnx_after_backward_and_the_next_step_is_an_error():
     autograd.training = True
     y = ops.reduce_sum(ops.matmul(ops.relu(x), w))
     autograd.gradients(y)
-    from singa_lite.sonnx.frontend import to_onnx
+    from singa_lite.sonnx.exporter import to_onnx
 
     to_onnx([x], [y])  # right after backward the graph is still there, as in SINGA
     ops.relu(w)  # the next step records: the walked graph is released
@@ -602,7 +602,7 @@ def test_to_onnx_of_unrecorded_outputs_is_an_error():
     w = tensor.Tensor(data=f32(3, 1), requires_grad=True, stores_grad=True, name="w")
     autograd.training = False
     y = ops.matmul(x, w)
-    from singa_lite.sonnx.frontend import to_onnx
+    from singa_lite.sonnx.exporter import to_onnx
 
     with pytest.raises(OnnxError, match=r"output 0 \(2, 1\) was computed by no recorded operator"):
         to_onnx([x], [y])

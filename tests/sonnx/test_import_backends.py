@@ -19,10 +19,10 @@ from pretend_device import BoxBackend, Boxed
 from singa_lite import autograd, backend, device, tensor
 from singa_lite.errors import OnnxError
 from singa_lite.sonnx import prepare
-from singa_lite.sonnx.handlers import HANDLERS, HOST_INPUTS
-from singa_lite.sonnx.handlers_base import Node
-from singa_lite.sonnx.handlers_math import LogSoftmax, Mod, Softmax
-from singa_lite.sonnx.handlers_shape import Range, TopK
+from singa_lite.sonnx.import_ops import HANDLERS, HOST_INPUTS
+from singa_lite.sonnx.import_ops.base import Node
+from singa_lite.sonnx.import_ops.math import LogSoftmax, Mod, Softmax
+from singa_lite.sonnx.import_ops.shape import Range, TopK
 from singa_lite.tensor import Tensor
 
 

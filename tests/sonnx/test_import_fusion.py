@@ -1,7 +1,8 @@
 """The inference-program rewrites of ``sonnx.fusion`` against the unfused program and onnxruntime.
 
 Each rewrite is checked where it applies (the handlers it swaps in, the result) and where one of
-its conditions fails (it must leave the graph as written, and the result must not change).
+its conditions fails (it must leave the graph as written, and the result must not change); then
+the pass interface: ``fusion.optimize`` with chosen passes, and ``prepare(..., optimize=False)``.
 """
 
 from __future__ import annotations
@@ -12,10 +13,11 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from singa_lite import autograd, tensor
-from singa_lite.sonnx import prepare
+from singa_lite.errors import OnnxError
+from singa_lite.sonnx import SingaBackend, fusion, prepare
 from singa_lite.sonnx.fusion import _Applied, _ClampHandler, _ConcatInto
-from singa_lite.sonnx.handlers import HANDLERS
-from singa_lite.sonnx.handlers_nn import PackedConv
+from singa_lite.sonnx.import_ops import HANDLERS
+from singa_lite.sonnx.import_ops.nn import PackedConv
 
 _TYPES = {np.float32: TensorProto.FLOAT, np.float64: TensorProto.DOUBLE}
 
@@ -131,7 +133,7 @@ def test_bn_relu_conv_is_not_folded_when_the_identity_does_not_hold(variant: obj
     nodes, inits = variant(*_bn_relu_conv(rng))  # type: ignore[operator]
     rep = _check(_model(nodes, inits, [1, 6, 5, 5]), rng.standard_normal((1, 6, 5, 5)).astype(np.float32))
     kinds = _kinds(rep)
-    assert kinds[:2] == ["_AffineHandler", "_InPlace"] and "_ClampHandler" not in kinds
+    assert kinds[:2] == ["_AffineHandler", "_InPlaceHandler"] and "_ClampHandler" not in kinds
 
 
 def test_relu_output_as_graph_output_is_not_folded() -> None:
@@ -141,7 +143,7 @@ def test_relu_output_as_graph_output_is_not_folded() -> None:
         _model(nodes, inits, [1, 6, 4, 4], outputs=("y", "r")),
         rng.standard_normal((1, 6, 4, 4)).astype(np.float32),
     )
-    assert _kinds(rep)[:2] == ["_AffineHandler", "_InPlace"]  # r is its own array: n is not returned
+    assert _kinds(rep)[:2] == ["_AffineHandler", "_InPlaceHandler"]  # r is its own array: n is not returned
 
 
 def test_clamp_on_a_wrong_input_fails_like_the_unfused_graph() -> None:
@@ -312,3 +314,82 @@ def test_conv_output_read_elsewhere_keeps_the_pool_after_it() -> None:
     model = _model(nodes, inits, [1, 6, 4, 4], outputs=("y", "c"))
     rep = _check(model, rng.standard_normal((1, 6, 4, 4)).astype(np.float32))
     assert [n.op for n in rep.inference_program.nodes] == ["Relu", "Conv", "AveragePool"]  # type: ignore[attr-defined]
+
+
+# -- the pass interface: optimize() and prepare(optimize=False) ------------------------------------
+def _conv_bn_relu(rng: np.random.Generator) -> tuple[list, dict]:
+    inits: dict = {"W": rng.standard_normal((4, 3, 3, 3)), "B": rng.standard_normal(4)}
+    nodes = [
+        helper.make_node("Conv", ["x", "W", "B"], ["c"], pads=[1, 1, 1, 1]),
+        _bn("bn", "c", "n", 4, rng, inits),
+        helper.make_node("Relu", ["n"], ["y"]),
+    ]
+    return nodes, inits
+
+
+# Each model makes at least one pass fire: folded BN + packed conv + in-place Relu; the clamp;
+# the pool moved before the conv; the concat chain.
+_PASS_MODELS = {
+    "conv_bn_relu": (_conv_bn_relu, (1, 3, 6, 5)),
+    "bn_relu_conv1x1": (_bn_relu_conv, (1, 6, 5, 7)),
+    "conv1x1_pool": (_conv_pool, (1, 6, 6, 4)),
+    "dense_block": (lambda rng: _dense_block(rng, 3), (1, 3, 5, 4)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(_PASS_MODELS))
+def test_optimize_false_gives_the_same_outputs_as_the_rewritten_program(name: str) -> None:
+    build, shape = _PASS_MODELS[name]
+    rng = np.random.default_rng(20)
+    nodes, inits = build(rng)
+    model = _model(nodes, inits, list(shape))
+    x = rng.standard_normal(shape).astype(np.float32)
+    fused, plain = prepare(model), prepare(model, optimize=False)
+    assert _kinds(fused) != _kinds(plain)  # some pass fired on this model
+    (want,), (got,) = fused.run([x]), plain.run([x])
+    np.testing.assert_allclose(
+        got.numpy(), want.numpy(), rtol=1e-5, atol=1e-5 * float(np.abs(want.numpy()).max())
+    )
+    (backend_out,) = SingaBackend.prepare(model, optimize=False).run([x])
+    np.testing.assert_array_equal(backend_out, got.numpy())
+
+
+@pytest.mark.parametrize("name", sorted(_PASS_MODELS))
+def test_optimize_false_runs_the_nodes_as_the_model_writes_them(name: str) -> None:
+    build, shape = _PASS_MODELS[name]
+    nodes, inits = build(np.random.default_rng(21))
+    model = _model(nodes, inits, list(shape))
+    rep = prepare(model, optimize=False)
+    program = rep.inference_program  # type: ignore[attr-defined]
+    assert program is rep.program
+    assert [n.op for n in program.nodes] == [n.op_type for n in nodes]
+    assert program.handlers == [HANDLERS[n.op_type] for n in nodes]
+    backend_rep = SingaBackend.prepare(model, optimize=False)
+    assert backend_rep.rep.inference_program is backend_rep.rep.program  # type: ignore[attr-defined]
+
+
+def test_optimize_runs_the_passes_given_in_order_and_leaves_the_program_alone() -> None:
+    rng = np.random.default_rng(22)
+    nodes, inits = _conv_bn_relu(rng)
+    rep = prepare(_model(nodes, inits, [1, 3, 6, 5]), optimize=False)
+    program = rep.program  # type: ignore[attr-defined]
+    folded = fusion.optimize(program, [fusion.FoldAffineChains()])
+    assert [n.op for n in folded.nodes] == ["Conv", "Relu"]
+    assert folded.handlers == [HANDLERS["Conv"], HANDLERS["Relu"]]  # not packed, not in place
+    assert [n.op for n in program.nodes] == ["Conv", "BatchNormalization", "Relu"]
+    everything = fusion.optimize(program)
+    assert [type(h).__name__ for h in everything.handlers] == ["PackedConv", "_InPlaceHandler"]
+    assert len({p.name for p in fusion.PASSES}) == len(fusion.PASSES)
+
+
+def test_a_pass_that_fails_unforeseen_is_named_in_an_onnx_error() -> None:
+    class Broken:
+        name = "broken"
+
+        def run(self, program: object) -> None:
+            raise IndexError("list index out of range")
+
+    nodes, inits = _conv_bn_relu(np.random.default_rng(23))
+    rep = prepare(_model(nodes, inits, [1, 3, 6, 5]))
+    with pytest.raises(OnnxError, match="'broken' failed on this model: IndexError"):
+        fusion.optimize(rep.program, [Broken()])  # type: ignore[attr-defined]

@@ -22,7 +22,7 @@ from node_test_excludes import EXCLUDES
 from onnx import version_converter
 from test_import_node import design_op, node_cases, run_case, unsupported_type
 
-from singa_lite.sonnx.handlers import DESIGN_OPS, MAX_OPSET
+from singa_lite.sonnx.import_ops import DESIGN_OPS, MAX_OPSET
 
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
 

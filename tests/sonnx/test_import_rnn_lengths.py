@@ -15,8 +15,8 @@ from opcheck import check_grad
 
 from singa_lite import sonnx, tensor
 from singa_lite.errors import OnnxError
-from singa_lite.sonnx.handlers_base import Node
-from singa_lite.sonnx.handlers_nn import GRU, LSTM, RNN
+from singa_lite.sonnx.import_ops.base import Node
+from singa_lite.sonnx.import_ops.nn import GRU, LSTM, RNN
 
 ort = pytest.importorskip("onnxruntime", reason="onnxruntime is not installed")
 

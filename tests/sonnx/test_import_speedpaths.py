@@ -191,7 +191,7 @@ def test_conv_bn_mul_add_folds_into_the_conv_exactly() -> None:
 def test_packed_conv_runs_batch_one_and_batches_like_onnxruntime(dtype: type) -> None:
     """A Conv with a constant bias gets ``PackedConv`` in the inference program; a batch of two
     falls back to the general handler. Both match onnxruntime."""
-    from singa_lite.sonnx.handlers_nn import PackedConv
+    from singa_lite.sonnx.import_ops.nn import PackedConv
 
     rng = np.random.default_rng(5)
     ttype = TensorProto.FLOAT if dtype == np.float32 else TensorProto.DOUBLE
@@ -331,7 +331,7 @@ def _residual_model(extra_out: bool = False, bias_shape: tuple = (1, 4, 5, 5)) -
 
 def _handler_kinds(rep: object) -> list:
     prog = rep.inference_program  # type: ignore[attr-defined]
-    return [type(h).__name__ == "_InPlace" for h in prog.handlers]
+    return [type(h).__name__ == "_InPlaceHandler" for h in prog.handlers]
 
 
 def test_relu_and_residual_add_run_in_place() -> None:

@@ -1,0 +1,401 @@
+"""The compiled CPU kernels (backend/cpu_kernels) against their NumPy references.
+
+Each op runs twice on the same inputs, kernels on and off (``SINGA_LITE_CPU_KERNELS``), and the
+outputs and gradients must agree: float32 within 1e-5 and float64 within 1e-12, relative to
+the largest magnitude of the reference array (an elementwise relative bound would fail where
+the reference itself cancels, e.g. GELU's derivative near its zero). The optimizer updates
+must agree bit for bit. Shapes, strides, dtypes and value scales come from hypothesis,
+with empty and odd sizes; half of the examples force the parallel form of each loop.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
+
+pytest.importorskip(
+    "numba", reason="the compiled CPU kernels need numba: pip install 'singa_lite[cpu-kernels]'"
+)
+
+from singa_lite import autograd, device, ops, opt, tensor
+from singa_lite.backend import cpu_kernels
+from singa_lite.backend.cpu_kernels import _jit, threads
+
+DEV = device.get_default_device()
+TOL = {np.dtype(np.float32): 1e-5, np.dtype(np.float64): 1e-12}
+SETTINGS = settings(
+    max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]
+)
+
+pytestmark = pytest.mark.skipif(
+    not cpu_kernels.enabled(), reason="SINGA_LITE_CPU_KERNELS=0: the kernels are switched off"
+)
+
+
+@contextlib.contextmanager
+def kernels(on: bool, parallel: bool = False) -> Iterator[None]:
+    """Kernels on or off inside the block; ``parallel`` forces the parallel form of every loop
+    (on two threads, whatever the machine), to test it on small arrays too."""
+    saved = os.environ.get(cpu_kernels.ENV), _jit.PARALLEL_MIN, threads._count
+    os.environ[cpu_kernels.ENV] = "1" if on else "0"
+    if parallel:
+        _jit.PARALLEL_MIN, threads._count = 0, 2
+    try:
+        yield
+    finally:
+        if saved[0] is None:
+            os.environ.pop(cpu_kernels.ENV, None)
+        else:
+            os.environ[cpu_kernels.ENV] = saved[0]
+        _jit.PARALLEL_MIN, threads._count = saved[1], saved[2]
+
+
+def assert_close(got: Any, ref: Any, what: str = "") -> None:
+    got, ref = np.asarray(got), np.asarray(ref)
+    assert got.shape == ref.shape and got.dtype == ref.dtype, (
+        what,
+        got.shape,
+        ref.shape,
+        got.dtype,
+        ref.dtype,
+    )
+    tol = TOL[ref.dtype]
+    finite = ref[np.isfinite(ref)]
+    scale = float(np.abs(finite).max()) if finite.size else 1.0
+    np.testing.assert_allclose(got, ref, rtol=tol, atol=tol * scale, err_msg=what)
+
+
+def run_op(fn: Callable, arrays: list, dy: np.ndarray, on: bool, parallel: bool = False) -> list:
+    """``fn`` on tensors of ``arrays`` and the gradient of every input for output gradient
+    ``dy``: ``[y, *grads]`` as NumPy arrays (None for an input without a gradient)."""
+    with kernels(on, parallel), autograd.training_mode(True):
+        ts = [tensor.Tensor(device=DEV, data=a, requires_grad=True, stores_grad=True) for a in arrays]
+        y = fn(*ts)
+        grads = autograd.gradients(y, tensor.Tensor(device=DEV, data=dy))
+        return [tensor.to_numpy(y)] + [tensor.to_numpy(grads[t]) if t in grads else None for t in ts]
+
+
+def compare_op(fn: Callable, arrays: list, dy: np.ndarray, parallel: bool) -> list:
+    """``fn`` with the kernels against ``fn`` without; returns the reference results. Where
+    the reference raises (a softmax over an empty axis), the kernel path must raise the same."""
+    try:
+        ref = run_op(fn, arrays, dy, False)
+    except Exception as e:
+        with pytest.raises(type(e)):
+            run_op(fn, arrays, dy, True, parallel)
+        return []
+    got = run_op(fn, arrays, dy, True, parallel)
+    for i, (g, r) in enumerate(zip(got, ref)):
+        if r is None:
+            assert g is None
+        else:
+            assert_close(g, r, f"output {i}" if i == 0 else f"gradient of input {i - 1}")
+    return ref
+
+
+@st.composite
+def arrays(draw: st.DrawFn, shape: tuple, dtype: Any, strided: bool = False) -> np.ndarray:
+    """Normal values at a drawn scale (small, unit, or large enough to reach the tails of
+    tanh, erf and exp), with some zeros; a strided view when ``strided``."""
+    seed = draw(st.integers(0, 2**32 - 1))
+    scale = draw(st.sampled_from([0.05, 1.0, 6.0, 30.0]))
+    rng = np.random.default_rng(seed)
+    full = shape[:-1] + (2 * shape[-1],) if strided and shape else shape
+    a = (rng.standard_normal(full) * scale).astype(dtype)
+    a[rng.random(full) < 0.05] = 0
+    return a[..., ::2] if strided and shape else a
+
+
+dtypes = st.sampled_from([np.float32, np.float64])
+shapes = hnp.array_shapes(min_dims=1, max_dims=3, min_side=0, max_side=9)
+
+
+# -- elementwise and row kernels, through the ops ---------------------------------------------
+@SETTINGS
+@given(st.data(), dtypes, shapes, st.sampled_from(["tanh", "none"]), st.booleans())
+def test_gelu(data: Any, dtype: Any, shape: tuple, approximate: str, parallel: bool) -> None:
+    x = data.draw(arrays(shape, dtype))
+    dy = data.draw(arrays(shape, dtype))
+    compare_op(lambda t: ops.gelu(t, approximate), [x], dy, parallel)
+    # strided input straight into the kernel: the same values as its contiguous copy
+    xs = data.draw(arrays(shape, dtype, strided=True))
+    with kernels(True, parallel):
+        got = cpu_kernels.activation.gelu_forward(xs, approximate)
+        dx = cpu_kernels.activation.gelu_backward(xs, xs, approximate)
+    ref = run_op(
+        lambda t: ops.gelu(t, approximate), [np.ascontiguousarray(xs)], np.ascontiguousarray(xs), False
+    )
+    assert_close(got, ref[0])
+    assert_close(dx, ref[1])
+
+
+@SETTINGS
+@given(st.data(), dtypes, shapes, st.booleans())
+def test_softmax_last_axis(data: Any, dtype: Any, shape: tuple, parallel: bool) -> None:
+    x = data.draw(arrays(shape, dtype))
+    dy = data.draw(arrays(shape, dtype))
+    compare_op(lambda t: ops.softmax(t, axis=-1), [x], dy, parallel)
+
+
+@SETTINGS
+@given(
+    st.data(),
+    dtypes,
+    shapes,
+    st.sampled_from([1, 2]),
+    st.sampled_from(["full", "broadcast", "none"]),
+    st.booleans(),
+)
+def test_layer_norm(data: Any, dtype: Any, shape: tuple, axes: int, params: str, parallel: bool) -> None:
+    axes = min(axes, len(shape))
+    norm = shape[len(shape) - axes :]
+    x = data.draw(arrays(shape, dtype))
+    dy = data.draw(arrays(shape, dtype))
+    pshape = norm if params != "broadcast" else norm[1:] or (1,)
+    scale = data.draw(arrays(pshape, dtype)) + dtype(1)
+    bias = data.draw(arrays(pshape, dtype))
+    if params == "none":
+        fn, inputs = (lambda t, s: ops.layer_norm(t, s, None, axis=-axes)), [x, scale]
+    else:
+        fn, inputs = (lambda t, s, b: ops.layer_norm(t, s, b, axis=-axes)), [x, scale, bias]
+    compare_op(fn, inputs, dy, parallel)
+
+
+@SETTINGS
+@given(
+    st.data(),
+    dtypes,
+    st.tuples(
+        st.integers(0, 3), st.sampled_from([(1, 1), (2, 1), (4, 2)]), st.integers(1, 9), st.integers(1, 9)
+    ),
+    st.integers(1, 8),
+    st.booleans(),
+    st.booleans(),
+)
+def test_attention(data: Any, dtype: Any, dims: tuple, features: int, causal: bool, parallel: bool) -> None:
+    batch, (hq, hk), length, keys = dims
+    q = data.draw(arrays((batch, hq, length, features), dtype))
+    k = data.draw(arrays((batch, hk, keys, features), dtype))
+    v = data.draw(arrays((batch, hk, keys, features), dtype))
+    dy = data.draw(arrays((batch, hq, length, features), dtype))
+    fn = lambda q, k, v: ops.scaled_dot_product_attention(q, k, v, is_causal=causal)  # noqa: E731
+    compare_op(fn, [q, k, v], dy, parallel)
+
+
+@SETTINGS
+@given(st.data(), dtypes, shapes, st.sampled_from(cpu_kernels.activation.ACTIVATIONS), st.booleans())
+def test_bias_activation(data: Any, dtype: Any, shape: tuple, activation: str, parallel: bool) -> None:
+    axis = data.draw(st.integers(0, len(shape) - 1))
+    x = data.draw(arrays(shape, dtype))
+    b = data.draw(arrays((shape[axis],), dtype))
+    dy = data.draw(arrays(shape, dtype))
+    compare_op(lambda t, u: ops.bias_activation(t, u, activation, axis), [x, b], dy, parallel)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_large_odd_arrays_run_in_parallel(dtype: Any) -> None:
+    """Sizes past PARALLEL_MIN with odd rows and row counts: the parallel forms as the ops
+    pick them, not forced."""
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((3, 131, 257)).astype(dtype)
+    dy = rng.standard_normal(x.shape).astype(dtype)
+    assert x.size >= _jit.PARALLEL_MIN
+    compare_op(lambda t: ops.gelu(t, "tanh"), [x], dy, False)
+    compare_op(lambda t: ops.softmax(t, axis=-1), [x], dy, False)
+    s, b = rng.standard_normal(257).astype(dtype), rng.standard_normal(257).astype(dtype)
+    compare_op(lambda t, u, w: ops.layer_norm(t, u, w), [x, s, b], dy, False)
+
+
+# -- optimizer updates: bit for bit ------------------------------------------------------------
+def _train(make: Callable[[], Any], params: list, grads: list, on: bool) -> list:
+    """Three updates of ``params`` (copies) with ``grads``; the final values and slots."""
+    with kernels(on):
+        ts = {
+            f"p{i}": tensor.Tensor(device=DEV, data=p.copy(), requires_grad=True)
+            for i, p in enumerate(params)
+        }
+        o = make()
+        for step in range(3):
+            for (name, t), g in zip(ts.items(), grads):
+                o.apply(name, t, tensor.Tensor(device=DEV, data=g * (step + 1)))
+            o.step()
+        return [tensor.to_numpy(t) for t in ts.values()] + [
+            tensor.to_numpy(v) for name in o.slot_names for v in getattr(o, name).values()
+        ]
+
+
+OPTIMIZERS: dict[str, tuple[Any, dict]] = {
+    "sgd": (opt.SGD, {"lr": 0.1}),
+    "sgd_momentum": (opt.SGD, {"lr": 0.1, "momentum": 0.9}),
+    "sgd_dampened_decay": (opt.SGD, {"lr": 0.05, "momentum": 0.8, "dampening": 0.3, "weight_decay": 0.01}),
+    "sgd_nesterov": (opt.SGD, {"lr": 0.05, "momentum": 0.9, "nesterov": True, "weight_decay": 1e-3}),
+    "adam": (opt.Adam, {"lr": 0.01}),
+    "adam_l2": (opt.Adam, {"lr": 0.01, "weight_decay": 0.1}),
+    "adamw": (opt.AdamW, {"lr": 0.01, "weight_decay": 0.1}),
+}
+
+
+def optimizer(name: str, dtype: Any = np.float32) -> Callable[[], Any]:
+    cls, kwargs = OPTIMIZERS[name]
+    return lambda: cls(dtype=dtype, **kwargs)
+
+
+@SETTINGS
+@given(st.data(), st.sampled_from(sorted(OPTIMIZERS)), dtypes)
+def test_updates_bit_for_bit(data: Any, name: str, dtype: Any) -> None:
+    shapes_ = data.draw(
+        st.lists(hnp.array_shapes(min_dims=1, max_dims=2, min_side=0, max_side=9), max_size=3)
+    )
+    params = [data.draw(arrays(s, dtype)) for s in shapes_]
+    grads = [data.draw(arrays(s, dtype)) for s in shapes_]
+    ref = _train(optimizer(name, dtype), params, grads, False)
+    got = _train(optimizer(name, dtype), params, grads, True)
+    for g, r in zip(got, ref):
+        np.testing.assert_array_equal(g, r)
+
+
+def test_updates_bit_for_bit_parallel() -> None:
+    """A parameter large enough for the parallel form."""
+    rng = np.random.default_rng(5)
+    p = [rng.standard_normal(70001).astype(np.float32)]
+    g = [rng.standard_normal(70001).astype(np.float32)]
+    for name in ("sgd_nesterov", "adamw"):
+        ref = _train(optimizer(name), p, g, False)
+        got = _train(optimizer(name), p, g, True)
+        for a, b in zip(got, ref):
+            np.testing.assert_array_equal(a, b)
+
+
+# -- the math and the machinery ----------------------------------------------------------------
+def test_exp32_and_tanh32_within_a_few_ulp() -> None:
+    import numba
+
+    from singa_lite.backend.cpu_kernels import _math
+
+    @numba.njit
+    def apply(x: Any, e: Any, t: Any) -> None:
+        for i in range(x.size):
+            e[i] = _math.exp32(x[i])
+            t[i] = _math.tanh32(x[i])
+
+    x = np.concatenate([np.linspace(-110, 95, 400_001), np.linspace(-1, 1, 100_001)]).astype(np.float32)
+    e, t = np.empty_like(x), np.empty_like(x)
+    apply(x, e, t)
+    exact = np.exp(x.astype(np.float64))
+    normal = (exact > np.finfo(np.float32).tiny) & (exact < np.finfo(np.float32).max)
+    ulp = np.spacing(exact[normal].astype(np.float32)).astype(np.float64)
+    assert (np.abs(e[normal] - exact[normal]) / ulp).max() <= 1.5
+    assert np.all(e[exact >= 2 * float(np.finfo(np.float32).max)] == np.inf)
+    assert np.all(e[exact < 1e-46] == 0)
+    th = np.tanh(x.astype(np.float64))
+    nz = th != 0
+    assert (np.abs(t[nz] - th[nz]) / np.spacing(np.abs(th[nz]).astype(np.float32))).max() <= 1.5
+    special = np.array([np.inf, -np.inf, np.nan, 0.0, -0.0], np.float32)
+    e, t = np.empty_like(special), np.empty_like(special)
+    apply(special, e, t)
+    np.testing.assert_array_equal(e, [np.inf, 0, np.nan, 1, 1])
+    np.testing.assert_array_equal(t, [1, -1, np.nan, 0, 0])
+
+
+def test_usable_says_no_to_what_it_cannot_take() -> None:
+    f32 = np.zeros(3, np.float32)
+    assert cpu_kernels.usable(np, f32)
+    assert not cpu_kernels.usable(np, f32.astype(np.float16))
+    assert not cpu_kernels.usable(np, np.zeros(3, np.int32))
+    assert not cpu_kernels.usable(np, f32, f32.astype(np.float64))
+    assert not cpu_kernels.usable_in_place(np, np.zeros((3, 2), np.float32).T)
+    with kernels(False):
+        assert not cpu_kernels.usable(np, f32)
+
+
+def test_a_failing_cache_compiles_again_without_it() -> None:
+    def twice(x: Any, y: Any) -> None:
+        for i in range(x.size):
+            y[i] = 2 * x[i]
+
+    k = _jit.Kernel(twice)
+
+    class Broken:
+        def __call__(self, *args: Any) -> None:
+            raise OSError("disk full")
+
+    k._forms[False] = Broken()
+    x = np.arange(4.0)
+    y = np.empty_like(x)
+    with pytest.warns(RuntimeWarning, match="without it"):
+        k(1, x, y)
+    np.testing.assert_array_equal(y, 2 * x)
+
+
+def test_thread_count() -> None:
+    assert 1 <= threads.count() <= max(threads.cores(), 1)
+    with pytest.raises(ValueError):
+        threads.set_num_threads(0)
+
+
+def test_num_threads_sets_blas_and_kernels() -> None:
+    """SINGA_LITE_NUM_THREADS=1 at import: BLAS (through threadpoolctl) and the kernels on one."""
+    pytest.importorskip("threadpoolctl")
+    code = (
+        "import numpy as np, singa_lite\n"
+        "from singa_lite.backend.cpu_kernels import threads\n"
+        "print(threads.count(), threads.blas_threads())\n"
+    )
+    env = dict(os.environ, SINGA_LITE_NUM_THREADS="1")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["1", "1"]
+
+
+def test_works_without_numba() -> None:
+    """With numba unimportable the package imports, says the kernels are unusable, and the ops
+    run their NumPy code."""
+    code = (
+        "import sys; sys.modules['numba'] = None\n"
+        "import numpy as np\n"
+        "from singa_lite import ops, tensor\n"
+        "from singa_lite.backend import cpu_kernels\n"
+        "x = tensor.from_numpy(np.linspace(-3, 3, 7, dtype=np.float32))\n"
+        "y = tensor.to_numpy(ops.gelu(x, 'tanh'))\n"
+        "print(cpu_kernels.usable(np, np.zeros(2, np.float32)), round(float(y[-1]), 4))\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != cpu_kernels.ENV}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["False", "2.9964"]
+
+
+def test_kernel_calls_free_what_they_allocate() -> None:
+    """Numba's runtime frees every allocation of a kernel call (its bookkeeping of the arrays
+    passed in, the layer norm's row buffers): counted with NUMBA_NRT_STATS."""
+    code = (
+        "import numpy as np\n"
+        "from numba.core.runtime import rtsys\n"
+        "from singa_lite.backend.cpu_kernels import activation, normalization, optim, softmax\n"
+        "x = np.ones((7, 9), np.float32)\n"
+        "p, g, b = np.zeros(30, np.float32), np.ones(30, np.float32), np.zeros(30, np.float32)\n"
+        "def calls():\n"
+        "    optim.sgd_update(p, g, b, 0.01, weight_decay=0, momentum=0.9, undampened=None,\n"
+        "                     nesterov=False, first=False)\n"
+        "    activation.gelu_backward(x, x, 'tanh')\n"
+        "    softmax.softmax_forward(x)\n"
+        "    y, gm, m, r = normalization.layer_norm_forward(x, x[0], x[0], 1e-5, (9,))\n"
+        "    normalization.layer_norm_backward(x, x, gm, m, r, True)\n"
+        "calls()\n"
+        "s0 = rtsys.get_allocation_stats()\n"
+        "for _ in range(200):\n"
+        "    calls()\n"
+        "s1 = rtsys.get_allocation_stats()\n"
+        "print(s1.alloc - s0.alloc > 0, s1.alloc - s0.alloc == s1.free - s0.free)\n"
+    )
+    env = dict(os.environ, NUMBA_NRT_STATS="1")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["True", "True"]
