@@ -33,6 +33,7 @@ import onnx
 import onnxruntime as ort
 
 from singa_lite import backend, device, tensor
+from singa_lite.backend.cpu_kernels import threads as cpu_threads
 from singa_lite.sonnx import prepare
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # mobile_nets.py beside this file
@@ -137,6 +138,8 @@ def main() -> None:
     parser.add_argument("--models", default="", help="comma-separated subset (default: all nine)")
     parser.add_argument("--device", choices=("cpu", "gpu"), default="cpu")
     args = parser.parse_args()
+    if args.threads > 0:  # BLAS and the compiled kernels; onnxruntime's pool is set per session
+        cpu_threads.set_num_threads(args.threads)
     tuned = backend.tune_malloc()  # as the quoted numbers were measured (docs/performance.md)
     print(f"glibc malloc tuning (singa_lite.backend.tune_malloc): {'on' if tuned else 'not available'}")
     gpu = args.device == "gpu"

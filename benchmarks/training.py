@@ -27,6 +27,7 @@ from collections.abc import Callable
 import numpy as np
 
 from singa_lite import autograd, backend, device, layer, model, opt, tensor
+from singa_lite.backend.cpu_kernels import threads as cpu_threads
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # mobile_nets.py beside this file
 import mobile_nets
@@ -344,14 +345,19 @@ def main() -> None:
     p.add_argument("--steps", type=int, default=30)
     p.add_argument("--only", default="mlp,cnn,resnet20,lstm,gpt,mobilenet")
     p.add_argument("--device", choices=("cpu", "gpu"), default="cpu")
+    p.add_argument(
+        "--threads", type=int, default=THREADS, help="threads for both: BLAS, compiled kernels, torch"
+    )
     args = p.parse_args()
+    set_threads(args.threads)
     gpu = args.device == "gpu"
     if gpu and device.get_num_gpus() == 0:
         device.create_cuda_gpu()  # raises DeviceError saying what is missing
     # Training loops reuse large freed blocks: the times below are with glibc told to keep them.
     tuned = backend.tune_malloc()
     print(
-        f"device: {args.device}; threads: {THREADS}; malloc tuned: {'yes' if tuned else 'n/a'}; "
+        f"device: {args.device}; threads: {THREADS}; BLAS: {blas_name()}; "
+        f"malloc tuned: {'yes' if tuned else 'n/a'}; "
         f"OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE', 'unset')}; numpy {np.__version__}"
     )
     header = (
@@ -370,6 +376,22 @@ def main() -> None:
             f"{ratio(eager, torch_s):>11} {ratio(graph, torch_s):>11}",
             flush=True,
         )
+
+
+def set_threads(n: int) -> None:
+    """Run singa_lite (BLAS and the compiled kernels) and PyTorch on ``n`` threads each."""
+    global THREADS
+    THREADS = n
+    cpu_threads.set_num_threads(n)
+
+
+def blas_name() -> str:
+    """The loaded BLAS, its kernel architecture and thread count (threadpoolctl's reading)."""
+    info = cpu_threads.blas_info()
+    return (
+        ", ".join(f"{i.get('internal_api')} {i.get('architecture')} x{i.get('num_threads')}" for i in info)
+        or "?"
+    )
 
 
 def time_steps_summary(times: list[float]) -> tuple[float, float]:

@@ -21,6 +21,8 @@ import threading
 import warnings
 from typing import Any
 
+from singa_lite import _args
+
 ENV = "SINGA_LITE_NUM_THREADS"
 _BLAS_ENVS = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
 
@@ -91,9 +93,7 @@ def set_num_threads(n: int) -> None:
     """Run the kernels and BLAS on ``n`` threads each (BLAS through threadpoolctl, when
     installed); process-wide, until called again."""
     global _count, _generation, _blas_limiter
-    if not isinstance(n, int) or n < 1:
-        raise ValueError(f"set_num_threads: n must be a positive integer, got {n!r}")
-    _count = n
+    _count = _args.count("set_num_threads", "n", n)
     _generation += 1
     try:
         from threadpoolctl import threadpool_limits
