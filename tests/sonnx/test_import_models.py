@@ -192,6 +192,35 @@ def test_transformer_encoder_matches_onnxruntime(opset: int) -> None:
     _check_against_ort(data, [tokens])
 
 
+@pytest.mark.parametrize("opset", [17, 20])
+def test_transformer_encoder_fine_tunes_as_sonnxmodel(opset: int) -> None:
+    """The exported encoder (attention as MatMul/Softmax, LayerNormalization, Gelu) trains as a
+    SONNXModel: the loss falls and every imported weight matrix moves."""
+    from singa_lite import autograd, opt, sonnx, tensor
+
+    torch.manual_seed(0)
+    rng = np.random.default_rng(3)
+    tokens = rng.integers(0, 50, (8, 9)).astype(np.int64)
+    labels = rng.integers(0, 5, 8).astype(np.int32)
+    data = _export(Encoder(), (torch.from_numpy(tokens),), opset)
+
+    class Tune(sonnx.SONNXModel):
+        def train_one_batch(self, x, y):
+            loss = autograd.softmax_cross_entropy(self.forward(x)[0], y)
+            self.optimizer(loss)
+            return loss
+
+    m = Tune(data)
+    m.set_optimizer(opt.Adam(lr=0.01))
+    x, y = tensor.Tensor(data=tokens), tensor.Tensor(data=labels)
+    m.compile([x], is_train=True, use_graph=True)
+    before = {k: tensor.to_numpy(v) for k, v in m.get_params().items()}
+    losses = [float(tensor.to_numpy(m(x, y))[0]) for _ in range(15)]
+    assert losses[-1] < 0.5 * losses[0], losses
+    moved = [k for k, v in m.get_params().items() if not np.array_equal(tensor.to_numpy(v), before[k])]
+    assert len(moved) >= 0.9 * len(before), sorted(set(before) - set(moved))
+
+
 def test_dynamic_batch_shape_subgraph() -> None:
     """Shape -> Gather -> Concat -> Reshape computed from the runtime tensor: any batch size."""
     model = nn.Sequential(nn.Conv2d(3, 4, 3), nn.Flatten(), nn.Linear(4 * 6 * 6, 2))
