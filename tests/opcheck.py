@@ -1,4 +1,5 @@
-"""The op test harness: reference forward check and float64 numerical gradient check.
+"""The op test harness, the one place for what op tests share: reference forward check and
+float64 numerical gradient check, hypothesis array strategies, small tensor helpers.
 
     check_forward(fn, ref, [x, w], dev)          # fn on Tensors vs ref on NumPy arrays
     check_grad(fn, [x, w], dev, wrt=[0, 1])      # autograd vs central differences (float64)
@@ -14,6 +15,9 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
+import pytest
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
 
 from singa_lite import autograd, tensor
 from singa_lite.autograd import Operator
@@ -150,3 +154,70 @@ def _training() -> Iterator[None]:
         yield
     finally:
         autograd.training = old
+
+
+# -- arrays and tensors for op tests ------------------------------------------------------------
+DTYPES = [np.float16, np.float32, np.float64, np.int32, np.int64, np.bool_]
+FLOATS = st.sampled_from([np.float16, np.float32, np.float64])
+
+
+def elements(dtype: type) -> st.SearchStrategy:
+    kind = np.dtype(dtype).kind
+    if kind == "f":
+        return st.floats(-4, 4, width=16)
+    return st.booleans() if kind == "b" else st.integers(-20, 20)
+
+
+@st.composite
+def any_arrays(draw: st.DrawFn, min_dims: int = 0, max_dims: int = 3, min_side: int = 0) -> np.ndarray:
+    """An array of any of ``DTYPES``, up to 4 per side."""
+    dtype = draw(st.sampled_from(DTYPES))
+    shape = hnp.array_shapes(min_dims=min_dims, max_dims=max_dims, min_side=min_side, max_side=4)
+    return draw(hnp.arrays(dtype, shape, elements=elements(dtype)))
+
+
+def float_arrays(
+    dtype: Any = np.float64, min_dims: int = 1, max_dims: int = 3, lo: float = -3.0, hi: float = 3.0
+) -> st.SearchStrategy:
+    """Arrays of values in ``[lo, hi]`` (drawn in float64, then cast to ``dtype``)."""
+    return hnp.arrays(
+        np.float64,
+        hnp.array_shapes(min_dims=min_dims, max_dims=max_dims, max_side=4),
+        elements=st.floats(lo, hi),
+    ).map(lambda a: a.astype(dtype))
+
+
+def away_from(a: np.ndarray, points: Sequence[float], gap: float = 1e-3) -> np.ndarray:
+    """``a`` moved off the kinks at ``points`` (the gradient check needs smooth ground)."""
+    for p in points:
+        a = np.where(np.abs(a - p) < gap, p + 2 * gap, a)
+    return a
+
+
+def rand(*shape: int, seed: int = 0) -> np.ndarray:
+    return np.random.default_rng(seed).standard_normal(shape)
+
+
+def t_(x: np.ndarray, dev: Any) -> tensor.Tensor:
+    """A constant tensor on ``dev`` that keeps ``x``'s dtype."""
+    return tensor.Tensor(data=np.asarray(x), device=dev, requires_grad=False)
+
+
+def keep_dtype(a: Any) -> tensor.Tensor:
+    """A constant tensor that keeps ``a``'s dtype (``from_numpy`` narrows float64 and int64)."""
+    return tensor.Tensor(data=np.asarray(a), requires_grad=False)
+
+
+def torch_or_skip() -> Any:
+    return pytest.importorskip("torch", reason="PyTorch is not installed")
+
+
+def value_and_grad(fn: Callable, x: np.ndarray, dev: Any) -> tuple[np.ndarray, np.ndarray]:
+    """``fn(x)`` and the gradient of its sum with respect to ``x``, as NumPy arrays."""
+    from singa_lite import ops
+
+    with _training():
+        (t,) = to_tensors([x], dev)
+        y = fn(t)
+        grads = autograd.gradients(ops.reduce_sum(y))
+    return tensor.to_numpy(y), tensor.to_numpy(grads[t])

@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from arraygen import DTYPES
+from opcheck import DTYPES
 
 from singa_lite.ops.indexing import ScatterElements
 from singa_lite.ops.linalg import Tensordot

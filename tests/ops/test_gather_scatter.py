@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from arraygen import rand, t_
 from hypothesis import given
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
-from opcheck import check_forward, check_grad, run
+from opcheck import check_forward, check_grad, rand, run, t_
 
 from singa_lite import ops
 from singa_lite.errors import ShapeError

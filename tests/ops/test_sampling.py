@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from arraygen import rand, t_
-from opcheck import check_forward, check_grad, run
+from opcheck import check_forward, check_grad, rand, run, t_
 
 from singa_lite import ops
 from singa_lite.errors import ArgumentError, ShapeError
