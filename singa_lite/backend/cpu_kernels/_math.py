@@ -120,19 +120,29 @@ def tanh32(x: Any) -> Any:
 
 
 def exp(x: Any) -> Any:
-    """``e^x`` in ``x``'s float type: :func:`exp32` for float32, ``math.exp`` for float64."""
-    raise NotImplementedError("compiled code only")
+    """``e^x`` in ``x``'s float type: :func:`exp32` for float32, ``math.exp`` for float64.
+
+    Compiled code takes the overload below; called from Python (a NumPy scalar or a float), it
+    gives the value of its float64 form in ``x``'s type."""
+    return _same_type(x, math.exp(float(x)))
 
 
 def tanh(x: Any) -> Any:
-    """``tanh(x)`` in ``x``'s float type: :func:`tanh32` for float32, ``math.tanh`` for float64."""
-    raise NotImplementedError("compiled code only")
+    """``tanh(x)`` in ``x``'s float type: :func:`tanh32` for float32, ``math.tanh`` for float64
+    (from Python: as :func:`exp`)."""
+    return _same_type(x, math.tanh(float(x)))
 
 
 def exp_cap(x: Any) -> Any:
     """``log(max of x's type) - 1`` in ``x``'s type: where ``ops.activation.sigmoid_array``
     caps the exponent so that e^-x stays finite."""
-    raise NotImplementedError("compiled code only")
+    t = np.float32 if isinstance(x, np.float32) else np.float64
+    return _same_type(x, math.log(float(np.finfo(t).max)) - 1)
+
+
+def _same_type(x: Any, value: float) -> Any:
+    """``value`` as a scalar of ``x``'s type (a NumPy float scalar), or a float."""
+    return type(x)(value) if isinstance(x, np.floating) else value
 
 
 # Typing functions take no annotations: Numba wants an implementation's parameters to match.
