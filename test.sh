@@ -33,5 +33,13 @@ fi
 if [ $# -eq 0 ]; then
     SINGA_LITE_CPU_KERNELS=0 .venv/bin/python -m pytest tests/ops/test_activation.py \
         tests/ops/test_fused.py tests/ops/test_normalization.py tests/ops/test_attention.py \
+        tests/ops/test_elementwise.py tests/ops/test_pool.py tests/ops/test_depthwise.py \
+        tests/ops/test_conv.py tests/ops/test_conv_engine.py tests/ops/test_recurrent.py \
+        tests/ops/test_recurrent_peephole.py tests/ops/test_linalg.py \
+        tests/torch_ref/test_torch_pool_norm.py tests/torch_ref/test_torch_elementwise.py \
+        tests/torch_ref/test_torch_linalg_conv.py tests/torch_ref/test_torch_rnn_loss.py \
+        tests/sonnx/test_import_plan.py tests/sonnx/test_import_fusion.py \
+        tests/sonnx/test_import_models.py tests/test_layer.py tests/test_autograd.py \
+        tests/test_model.py tests/test_modes.py \
         tests/test_opt.py tests/test_opt_step_options.py tests/test_layer_transformer.py
 fi

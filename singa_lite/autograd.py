@@ -408,6 +408,11 @@ def _walk(order: list, leaf_uses: dict, root: Operator, y: Tensor, dy: Any, rele
     grads[id(root)][y._index] = dy
     leaf_grads: dict[int, Any] = {}
     leaves: dict[int, Tensor] = {}
+    # Sums this walk made itself (keyed by slot): no op's backward holds them, so the next
+    # gradient for the same slot is added in place instead of into yet another new array.
+    # A backward's own result may be an alias (Add passes ``dy`` on to both inputs), so the
+    # first sum of a slot is always a new array.
+    owned: set = set()
     for op in order:
         dys = grads.pop(id(op), None)
         if dys is None:
@@ -437,10 +442,13 @@ def _walk(order: list, leaf_uses: dict, root: Operator, y: Tensor, dy: Any, rele
                 if g is None:
                     g = grads[id(c)] = [None] * len(c.out_meta)
                 i = x._index
-                g[i] = dx if g[i] is None else g[i] + dx
+                if g[i] is None:
+                    g[i] = dx
+                else:
+                    g[i] = _accumulate(g[i], dx, owned, (id(c), i))
                 continue
             k = id(x)
-            leaf_grads[k] = dx if k not in leaf_grads else leaf_grads[k] + dx
+            leaf_grads[k] = dx if k not in leaf_grads else _accumulate(leaf_grads[k], dx, owned, k)
             leaves[k] = x
             leaf_uses[k] -= 1
             if leaf_uses[k] == 0:
@@ -450,6 +458,16 @@ def _walk(order: list, leaf_uses: dict, root: Operator, y: Tensor, dy: Any, rele
     # Params whose other uses lay on paths that carried no gradient.
     for k, g in leaf_grads.items():
         yield leaves[k], Tensor._wrap(g, leaves[k].device, False, None, 0)
+
+
+def _accumulate(g: Any, dx: Any, owned: set, slot: Any) -> Any:
+    """``g + dx`` for a gradient slot: into ``g`` itself when ``owned`` says this walk made
+    it (and the dtypes agree), else as a new array that the slot then owns."""
+    if slot in owned and g.dtype == dx.dtype:
+        g += dx
+        return g
+    owned.add(slot)
+    return g + dx
 
 
 def gradients(y: Tensor, dy: Any = None) -> dict[Tensor, Tensor]:

@@ -297,6 +297,7 @@ class _Graph:
         # CUDA-graph capture (see _try_capture): the optimizers whose steps were recorded.
         steps = [e for e in tape if isinstance(e, autograd.StepCall)]
         self.optimizers = list({id(o): o for e in steps for o in [_owner(e.fn)] if o}.values())
+        self.plan: list[tuple] | None = None  # the tape as a replay runs it (_make_plan)
         self.replays = 0
         self.cuda_graph: Any = None
         self.capture_refusal: str | None = None
@@ -381,16 +382,39 @@ class _Graph:
             return "the device's generator has no counter"
         return None
 
+    def _make_plan(self) -> list[tuple]:
+        """The tape as what a replay runs, decided once: ``(0, op.forward_arrays, inputs,
+        output)`` for an op with one output (most of them), ``(1, op.forward_arrays, inputs,
+        outputs)`` for one with several, ``(2, step function, args, None)`` for an update step
+        and ``(3, tensor, recorded values, None)`` for a host read to check."""
+        plan: list[tuple] = []
+        for entry in self.tape:
+            if isinstance(entry, autograd.OpCall):
+                op, xs, outs = entry
+                if len(outs) == 1:
+                    plan.append((0, op.forward_arrays, tuple(xs), outs[0]))
+                else:
+                    plan.append((1, op.forward_arrays, tuple(xs), tuple(outs)))
+            elif isinstance(entry, autograd.StepCall):
+                plan.append((2, entry.fn, entry.args, None))
+            else:
+                plan.append((3, entry.tensor, entry.values, None))
+        return plan
+
     def _run_tape(self) -> None:
+        plan = self.plan
+        if plan is None:
+            plan = self.plan = self._make_plan()
         with autograd.retaining_graph():
-            for entry in self.tape:
-                if isinstance(entry, autograd.OpCall):
-                    op, xs, outs = entry
-                    for o, y in zip(outs, op.forward_arrays([x.data for x in xs])):
+            for kind, fn, xs, outs in plan:
+                if kind == 0:
+                    outs.data = fn([x.data for x in xs])[0]
+                elif kind == 1:
+                    for o, y in zip(outs, fn([x.data for x in xs])):
                         o.data = y
-                elif isinstance(entry, autograd.StepCall):
-                    entry.fn(*entry.args)
-                elif not np.array_equal(np.asarray(entry.tensor), entry.values):
+                elif kind == 2:
+                    fn(*xs)
+                elif not np.array_equal(np.asarray(fn), xs):
                     raise _StaleReadError
 
 

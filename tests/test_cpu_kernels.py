@@ -216,6 +216,120 @@ def test_large_odd_arrays_run_in_parallel(dtype: Any) -> None:
     compare_op(lambda t, u, w: ops.layer_norm(t, u, w), [x, s, b], dy, False)
 
 
+@SETTINGS
+@given(
+    st.data(),
+    dtypes,
+    st.integers(0, 5),
+    st.integers(1, 5),
+    hnp.array_shapes(min_dims=0, max_dims=2, min_side=0, max_side=9),
+    st.booleans(),
+    st.booleans(),
+    st.booleans(),
+)
+def test_batch_norm(
+    data: Any, dtype: Any, n: int, c: int, spatial: tuple, training: bool, strided: bool, parallel: bool
+) -> None:
+    """Training and inference, (N, C) and (N, C, *spatial), with the running statistics the
+    training forward updates; empty batches and spatial sizes raise or pass as the reference."""
+    shape = (n, c, *spatial)
+    x = data.draw(arrays(shape, dtype, strided=strided)) + dtype(data.draw(st.sampled_from([0.0, 3.0])))
+    dy = data.draw(arrays(shape, dtype))
+    scale = data.draw(arrays((c,), dtype)) + dtype(1)
+    bias = data.draw(arrays((c,), dtype))
+    running = (data.draw(arrays((c,), dtype)), np.abs(data.draw(arrays((c,), dtype))) + dtype(0.5))
+    stats: dict[bool, list] = {}
+
+    def fn(on: bool) -> Callable:
+        def bn(t: Any, s: Any, b: Any) -> Any:
+            rm, rv = (tensor.Tensor(device=DEV, data=r.copy()) for r in running)
+            stats[on] = [rm, rv]
+            return ops.batchnorm_2d(t, s, b, rm, rv, momentum=0.8, training=training)
+
+        return bn
+
+    try:
+        ref = run_op(fn(False), [x, scale, bias], dy, False)
+    except Exception as e:
+        with pytest.raises(type(e)):
+            run_op(fn(True), [x, scale, bias], dy, True, parallel)
+        return
+    got = run_op(fn(True), [x, scale, bias], dy, True, parallel)
+    for i, (g, r) in enumerate(zip(got, ref)):
+        assert_close(g, r, f"output {i}")
+    for g, r in zip(stats[True], stats[False]):
+        assert_close(tensor.to_numpy(g), tensor.to_numpy(r), "running statistics")
+
+
+@SETTINGS
+@given(st.data(), dtypes, shapes, st.booleans())
+def test_piecewise_linear(data: Any, dtype: Any, shape: tuple, parallel: bool) -> None:
+    """ReLU, clip (both ends, one end) and hard sigmoid, with values on the kinks."""
+    x = data.draw(arrays(shape, dtype))
+    x.reshape(-1)[::7] = dtype(6)  # on clip's upper bound
+    x.reshape(-1)[3::11] = dtype(-3)  # on the hard sigmoid's lower kink (alpha 1/6)
+    dy = data.draw(arrays(shape, dtype))
+    compare_op(ops.relu, [x], dy, parallel)
+    compare_op(lambda t: ops.clip(t, 0.0, 6.0), [x], dy, parallel)
+    compare_op(lambda t: ops.clip(t, None, 0.5), [x], dy, parallel)
+    compare_op(lambda t: ops.clip(t, -1.0, None), [x], dy, parallel)
+    compare_op(lambda t: ops.hardsigmoid(t, 1 / 6, 0.5), [x], dy, parallel)
+    compare_op(lambda t: ops.hardsigmoid(t, 0.2, 0.5), [x], dy, parallel)
+    # nan and inf in dy come through as in the reference (dy * mask, not a choice)
+    dy.reshape(-1)[::5] = np.nan
+    compare_op(ops.relu, [x], dy, parallel)
+
+
+@pytest.mark.parametrize("shape", [(3, 2, 1500), (2, 3, 37, 71), (5, 700, 3), (300, 1100)])
+def test_batch_norm_chunks(shape: tuple, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The batch norm statistics over chunks of columns: channels longer than a chunk (split into
+    segments), many short channels per chunk, (N, C); bit for bit the same on one thread as on
+    two."""
+    rng = np.random.default_rng(5)
+    x = (rng.standard_normal(shape) * 2 + 5).astype(np.float32)
+    dy = rng.standard_normal(shape).astype(np.float32)
+    c = shape[1]
+    params = [rng.standard_normal(c).astype(np.float32) + 1, rng.standard_normal(c).astype(np.float32)]
+
+    def fn(t: Any, s: Any, b: Any) -> Any:
+        rm, rv = (tensor.Tensor(device=DEV, data=np.full(c, v, np.float32)) for v in (0.0, 1.0))
+        return ops.batchnorm_2d(t, s, b, rm, rv, training=True)
+
+    compare_op(fn, [x, *params], dy, False)
+    two = run_op(fn, [x, *params], dy, True, True)
+    monkeypatch.setattr(_jit, "PARALLEL_MIN", 1 << 62)  # every loop serial
+    one = run_op(fn, [x, *params], dy, True, False)
+    for a, b in zip(one, two):
+        np.testing.assert_array_equal(a, b)
+
+
+@SETTINGS
+@given(st.data(), dtypes, shapes, st.booleans())
+def test_fused_chains(data: Any, dtype: Any, shape: tuple, parallel: bool) -> None:
+    """SiLU, hard swish and add + ReLU, the kernels for the fused chains, against the ops they
+    stand for (``swish``, ``hardswish``, ``relu(add)``) run on the NumPy path."""
+    x = data.draw(arrays(shape, dtype, strided=True))
+    x.reshape(-1)[::7] = dtype(-3)  # on the hard sigmoid's lower kink
+    dy = data.draw(arrays(shape, dtype))
+    b = data.draw(arrays(shape, dtype))
+    xc = np.ascontiguousarray(x)
+    act = cpu_kernels.activation
+    for op, fwd, bwd in [
+        (ops.swish, act.silu_forward, act.silu_backward),
+        (ops.hardswish, act.hardswish_forward, act.hardswish_backward),
+    ]:
+        ref = run_op(op, [xc], dy, False)
+        with kernels(True, parallel):
+            assert_close(fwd(x), ref[0], f"{op.__name__} forward")
+            assert_close(bwd(x, dy), ref[1], f"{op.__name__} backward")
+    ref = run_op(lambda t, u: ops.relu(ops.add(t, u)), [xc, b], dy, False)
+    with kernels(True, parallel):
+        assert_close(act.add_relu_forward(x, b), ref[0], "add + relu")
+        out = b.copy()
+        assert act.add_relu_forward(xc, out, out=out) is out  # in place, into an input
+        assert_close(out, ref[0], "add + relu in place")
+
+
 # -- optimizer updates: bit for bit ------------------------------------------------------------
 def _train(make: Callable[[], Any], params: list, grads: list, on: bool) -> list:
     """Three updates of ``params`` (copies) with ``grads``; the final values and slots."""
@@ -389,6 +503,10 @@ def test_kernel_calls_free_what_they_allocate() -> None:
         "    softmax.softmax_forward(x)\n"
         "    y, gm, m, r = normalization.layer_norm_forward(x, x[0], x[0], 1e-5, (9,))\n"
         "    normalization.layer_norm_backward(x, x, gm, m, r, True)\n"
+        "    x3 = x.reshape(7, 3, 3)\n"
+        "    mu, var = normalization.batch_norm_moments(x3)\n"  # buffers allocated per chunk
+        "    normalization.batch_norm_grad_sums(x3, x3, mu)\n"
+        "    activation.relu_backward(x, x)\n"
         "calls()\n"
         "s0 = rtsys.get_allocation_stats()\n"
         "for _ in range(200):\n"

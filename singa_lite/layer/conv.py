@@ -8,10 +8,11 @@ from typing import Any
 import numpy as np
 
 from singa_lite import ops
-from singa_lite._args import choice, count, counts, ints, number, numbers, per_axis
+from singa_lite._args import choice, count, counts, ints, number, numbers
 from singa_lite.errors import ArgumentError, ShapeError
 from singa_lite.layer.base import Layer
 from singa_lite.layer.dense import _param
+from singa_lite.ops import window
 from singa_lite.tensor import Tensor
 
 _NUMBER = (int, float, np.integer, np.floating)
@@ -20,19 +21,16 @@ _NUMBER = (int, float, np.integer, np.floating)
 def _pair(owner: str, name: str, v: Any, low: int = 1) -> tuple[int, int]:
     """(h, w) from one integer or a pair, each >= ``low`` (kernel sizes, strides, dilations)."""
     counts(owner, name, v, low)  # first: its message names a bad element ("got -1" of (3, -1))
-    return per_axis(owner, name, v, 2, low)  # type: ignore[return-value]
+    return window.per_axis(owner, name, v, 2, low)  # type: ignore[return-value]
 
 
-def _padding4(owner: str, padding: Any) -> tuple[int, int, int, int]:
+def _padding4(owner: str, padding: Any) -> tuple[int, ...]:
     """(top, bottom, left, right) from an int, a (ph, pw) pair, or a 4-tuple (SINGA's order)."""
     counts(owner, "padding", padding, 0)
-    p = ints(owner, "padding", padding, (2, 4), 0)
-    if len(p) == 1:
-        return p * 4  # type: ignore[return-value]
-    return (p[0], p[0], p[1], p[1]) if len(p) == 2 else p  # type: ignore[return-value]
+    return window.flat(window.pads(owner, padding, 2))
 
 
-_PAD_MODES = ("NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID")
+_PAD_MODES = window.AUTO_PADS
 
 
 def _legacy_form(name: str, first: Any, second: Any, args: tuple, stride: Any, padding: Any) -> tuple:
@@ -109,7 +107,7 @@ class Conv2d(Layer):
     def forward(self, x: Tensor) -> Tensor:
         padding = self.padding
         if self.pad_mode in ("SAME_UPPER", "SAME_LOWER"):
-            padding = ops.same_padding(
+            padding = window.same_padding(
                 x.shape[2:], self.kernel_size, self.stride, self.dilation, self.pad_mode
             )
         y = ops.conv2d(
@@ -187,8 +185,7 @@ class Conv1d(Layer):
         self.stride = count("Conv1d", "stride", stride)
         self.dilation = count("Conv1d", "dilation", dilation)
         counts("Conv1d", "padding", padding, 0)
-        pad = ints("Conv1d", "padding", padding, (2,), 0)  # an int or (left, right)
-        self.padding = (pad[0], pad[-1])
+        (self.padding,) = window.pads("Conv1d", padding, 1)  # an int or (left, right)
         self.group = count("Conv1d", "group", group)
         self.bias = bias
 
@@ -361,7 +358,7 @@ class _Pool(Layer):
             me = type(self).__name__
             k = _pair(me, "kernel_size", self.kernel_size)
             s = k if self.stride is None else _pair(me, "stride", self.stride)
-            padding = ops.same_padding(x.shape[2:], k, s, (1, 1), self.pad_mode)
+            padding = window.same_padding(x.shape[2:], k, s, (1, 1), self.pad_mode)
         if self.is_max:
             return ops.max_pool2d(x, self.kernel_size, self.stride, padding, ceil_mode=self.ceil_mode)
         return ops.avg_pool2d(

@@ -13,6 +13,7 @@ from singa_lite import ops, tensor
 from singa_lite._args import count, integer, number
 from singa_lite.errors import ArgumentError, ShapeError
 from singa_lite.layer.base import Layer
+from singa_lite.ops import linalg
 from singa_lite.tensor import Tensor
 
 
@@ -55,7 +56,8 @@ class Linear(Layer):
 
     def forward(self, x: Tensor) -> Tensor:
         y = ops.matmul(x, self.W)
-        return ops.add(y, self.b) if self.bias else y
+        # The bias goes into the product's fresh array (no one else reads it).
+        return linalg.BiasAdd()(y, self.b)[0] if self.bias else y
 
 
 class Gemm(Layer):

@@ -225,9 +225,15 @@ class ScaledDotProductAttention(Operator):
         do = dy.reshape(self.out.shape).astype(acc, copy=False)
         # Softmax's Jacobian needs sum_j p_j dp_j per row, which equals <dO, O> (with dropout
         # too, since O is built from the dropped probabilities).
-        rowdot = (do * self.out).sum(axis=-1, keepdims=True)
-        dq = xp.zeros_like(self.qs)
-        dk, dv = xp.zeros_like(self.k), xp.zeros_like(self.v)
+        rowdot = xp.einsum("...i,...i->...", do, self.out)[..., None]  # no (rows, Ev) temporary
+        # One block over every key (short contexts) writes each gradient whole: no zeros first.
+        whole = len(self.blocks) == 1 and self.blocks[0] == (0, self.k.shape[2])
+        dq: Any = None
+        dk: Any = None
+        dv: Any = None
+        if not whole:
+            dq = xp.zeros_like(self.qs)
+            dk, dv = xp.zeros_like(self.k), xp.zeros_like(self.v)
         vt = xp.ascontiguousarray(self.v.transpose(0, 1, 3, 2))  # see kt in forward
         want_mask = self.mask is not None and self.mask.dtype.kind == "f" and self.needs_grad[3]
         dmask = xp.zeros(self.mask.shape, acc) if want_mask else None
@@ -238,7 +244,7 @@ class ScaledDotProductAttention(Operator):
                 s = self._scores(j0, j1)
                 p = xp.exp(xp.subtract(s, self.lse, out=s), out=s)
             f = self._keep(i, p.shape, acc, False)
-            dv[:, :, j0:j1] = xp.matmul((p if f is None else p * f).transpose(0, 1, 3, 2), do)
+            pv = xp.matmul((p if f is None else p * f).transpose(0, 1, 3, 2), do)
             dp = xp.matmul(do, vt[..., j0:j1])
             if f is not None:
                 dp *= f
@@ -250,8 +256,13 @@ class ScaledDotProductAttention(Operator):
             if dmask is not None:
                 view = dmask[..., j0:j1] if dmask.shape[-1] > 1 else dmask
                 view += unbroadcast(ds.reshape(B, hk, g, L, j1 - j0), view.shape)
-            dq += xp.matmul(ds, self.k[:, :, j0:j1])
-            dk[:, :, j0:j1] = xp.matmul(ds.transpose(0, 1, 3, 2), self.qs)
+            dsq = xp.matmul(ds.transpose(0, 1, 3, 2), self.qs)
+            if whole:
+                dq, dk, dv = xp.matmul(ds, self.k), dsq, pv
+            else:
+                dq += xp.matmul(ds, self.k[:, :, j0:j1])
+                dk[:, :, j0:j1] = dsq
+                dv[:, :, j0:j1] = pv
         dq *= self.scale_
         dt = self.dtype
         grads = [

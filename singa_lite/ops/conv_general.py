@@ -1,89 +1,86 @@
-"""Convolution and transposed convolution over any number of spatial axes (3-D: video, volumes).
+"""The convolution engine: one operator family for convolutions and transposed convolutions
+over any number of spatial axes (as ``jax.lax.conv_general_dilated`` is one op for all ranks).
 
-``conv2d`` (``ops/conv.py``) has paths tuned for images; these ops serve the other ranks (ONNX
-``Conv``/``ConvTranspose`` on ``(N, C, D, H, W)`` inputs) with one general im2col: a strided
-view lists every kernel tap's window, one copy makes it the column matrix
-``(group, C/group * prod(kernel), N * prod(out))``, and a batched GEMM does the rest. Backward
-reuses the columns for the weight gradient and scatters the column gradient back tap by tap
-(``prod(kernel)`` strided adds, never a loop over pixels). On CuPy, with the backend's kernels on
-(``backend/cupy_kernels.py``) and up to 3 spatial axes, one launch makes the column matrix from
-the unpadded input, and col2im is a gather into the cropped result that adds each cell's
-entries to zero in ``_scatter_taps``' tap order (axis 0 outermost): the same bits, fewer passes.
+:class:`ConvNd` and :class:`ConvTransposeNd` parse their geometry once (``ops.window``), check
+their inputs, and per forward ask ``ops.conv_select.select`` which strategy runs the call, from
+explicit arguments: the shapes, dtype, backend, group, whether a backward follows and whether
+the compiled CPU kernels take the arrays. The strategy (a *plan*) computes the forward and keeps
+what its backward needs; the op adds the bias gradient. ``Conv2d``, ``Conv1d`` and
+``ConvTranspose2d`` (``ops.conv``) are this family at a fixed rank, under SINGA's names.
 
-Padding is given as ``(begin, end)`` pairs, one per spatial axis.
+The strategies: ``ops.conv_blocks`` (blocked im2col + GEMM, 2-D transposed), ``ops.conv_infer``
+(batch-1 inference), ``ops.depthwise`` (tap loop, einsum inference, compiled kernels) for 1-D
+and 2-D inputs, a 1-D input running as an image of height 1; ``ops.conv_columns`` (one general
+im2col) for every other rank.
+
+Padding is given as an int, one value per axis, ``(begin, end)`` per axis in axis order
+(SINGA's ``(top, bottom, left, right)`` in 2-D) or ``(begin, end)`` pairs per axis; it is kept
+as pairs (``self.pads``).
 """
 
 from __future__ import annotations
 
-import itertools
-from math import prod
-from numbers import Integral
 from typing import Any
 
-from singa_lite import _args
+from singa_lite import _args, autograd
 from singa_lite.autograd import Operator
-from singa_lite.backend import cupy_kernels
 from singa_lite.errors import DTypeError, ShapeError
+from singa_lite.ops import window
+from singa_lite.ops.conv_blocks import BlockedGemm, Geometry2d, TransposeGemm
+from singa_lite.ops.conv_columns import ColumnsConv, ColumnsTranspose, GeometryNd
+from singa_lite.ops.conv_infer import OneImage
+from singa_lite.ops.conv_select import IMAGE, select
+from singa_lite.ops.depthwise import Depthwise, DepthwiseInfer, kernels_take
 from singa_lite.tensor import Tensor
 
 __all__ = ["ConvNd", "ConvTransposeNd", "conv_nd", "conv_transpose_nd"]
 
-_ALL2 = (slice(None), slice(None))  # the batch and channel axes, whole
+_PLANS: dict[str, Any] = {
+    "one_image": OneImage,
+    "depthwise_infer": DepthwiseInfer,
+    "depthwise": Depthwise,
+    "depthwise_kernel": lambda xp, geo: Depthwise(xp, geo, compiled=True),
+    "blocks": BlockedGemm,
+    "columns": ColumnsConv,
+}
 
 
-def _pairs(owner: str, padding: Any, n: int) -> tuple[tuple[int, int], ...]:
-    """Per-axis ``(begin, end)`` from an int, one value per axis, or ``n`` pairs."""
-    items = padding if isinstance(padding, (list, tuple)) else ()
-    if len(items) == n and not any(isinstance(p, Integral) for p in items):
-        pairs = [_args.ints(owner, "padding", p, (2,), 0, scalar=False) for p in items]
-        return tuple((begin, end) for begin, end in pairs)
-    return tuple((p, p) for p in _args.per_axis(owner, "padding", padding, n, 0))
+class _ConvEngine(Operator):
+    """What a convolution and a transposed convolution share: geometry, checks, the choice of
+    strategy, 1-D as 2-D, and the bias gradient."""
 
+    transposed = False
 
-def _windows(xp: Any, a: Any, kernel: tuple, stride: tuple, dilation: tuple, out: tuple, group: int) -> Any:
-    """A view ``(group, C/group, *kernel, N, *out)`` of ``a (N, C, *spatial)``: tap ``k`` of
-    output position ``p`` along an axis reads ``a`` at ``p*stride + k*dilation``."""
-    sN, sC, *sS = a.strides
-    cg = a.shape[1] // group
-    return xp.lib.stride_tricks.as_strided(
-        a,
-        shape=(group, cg, *kernel, a.shape[0], *out),
-        strides=(
-            sC * cg,
-            sC,
-            *(s * d for s, d in zip(sS, dilation)),
-            sN,
-            *(s * t for s, t in zip(sS, stride)),
-        ),
-    )
-
-
-def _scatter_taps(out: Any, cols: Any, kernel: tuple, stride: tuple, dilation: tuple, size: tuple) -> None:
-    """``out (N, C, *full) +=`` every tap of ``cols (C, *kernel, N, *size)`` at its windows:
-    the adjoint of ``_windows`` (col2im)."""
-    for tap in itertools.product(*(range(k) for k in kernel)):
-        region = tuple(
-            slice(t * d, t * d + (m - 1) * s + 1, s) for t, d, m, s in zip(tap, dilation, size, stride)
-        )
-        # (C, N, *size) -> (N, C, *size) as a view: the add reads it strided
-        out[_ALL2 + region] += cols[(slice(None),) + tap].swapaxes(0, 1)
-
-
-def _pad(xp: Any, x: Any, pads: tuple) -> Any:
-    if not any(b or e for b, e in pads):
-        return x
-    return xp.pad(x, [(0, 0), (0, 0), *pads])
-
-
-class _ConvNdBase(Operator):
     def __init__(self, n: int, stride: Any, padding: Any, dilation: Any, group: int) -> None:
         super().__init__()
-        self.n = n
-        self.stride = _args.per_axis(self.name, "stride", stride, n)
-        self.dilation = _args.per_axis(self.name, "dilation", dilation, n)
-        self.pads = _pairs(self.name, padding, n)
-        self.begin = tuple(pb for pb, _ in self.pads)
+        self.n = _args.count(self.name, "n", n)
+        self.stride = window.per_axis(self.name, "stride", stride, n)
+        self.dilation = window.per_axis(self.name, "dilation", dilation, n)
+        self.pads = window.pads(self.name, padding, n)
         self.group = _args.count(self.name, "group", group)
+        self.backward_follows = False
+        self.plan: Any = None
+
+    @property
+    def begin(self) -> tuple[int, ...]:
+        return tuple(pb for pb, _ in self.pads)
+
+    @property
+    def cols(self) -> Any:
+        """The column blocks the ``blocks`` strategy keeps for backward (AttributeError when
+        another strategy ran): lets tests see which path a call took."""
+        return self.plan.cols
+
+    def __call__(self, *xs: Tensor) -> tuple[Tensor, ...]:
+        # The one question put to autograd: whether this call is recorded, so that a backward
+        # may follow. forward hands the answer to select() as an argument; a graph replay
+        # (forward_arrays alone) finds it in needs_grad, which recording set.
+        self.backward_follows = autograd.is_recording()
+        return super().__call__(*xs)
+
+    def channels(self, W: Any) -> tuple[int, int]:
+        """The input and output channels ``W`` expects and gives."""
+        return W.shape[1] * self.group, W.shape[0]
 
     def _check(self, x: Any, W: Any, b: Any) -> None:
         n, g = self.n, self.group
@@ -102,81 +99,73 @@ class _ConvNdBase(Operator):
         if b is not None and b.shape != (out_channels,):
             raise self.error(f"bias must have shape ({out_channels},)", x, W, b)
 
-    def channels(self, W: Any) -> tuple[int, int]:
-        """The input and output channels ``W`` expects and gives."""
-        return W.shape[1] * self.group, W.shape[0]
+    def _run(self, x: Any, W: Any, b: Any, positions: tuple[int, ...]) -> Any:
+        """Select a strategy and run its forward; ``positions`` are the window positions per
+        axis (the output's size for a conv, the input's for a transposed conv)."""
+        xp, g = self.xp, self.group
+        grad = self.backward_follows or bool(self.needs_grad)
+        depthwise = not self.transposed and W.shape[1] == 1 and g > 1
+        kernels = depthwise and grad and kernels_take(xp, x, W)
+        self.strategy = select(
+            self.n, x.shape, W.shape, g, x.dtype, xp.__name__, grad, self.transposed, kernels
+        )
+        self.has_bias = b is not None
+        if self.strategy not in IMAGE:
+            geo = GeometryNd(W.shape[2:], self.stride, self.dilation, self.pads, positions, g)
+            self.plan = self._plan(GeometryNd, geo)
+            self.lifted = False
+            return self.plan.forward(x, W, b)
+        self.lifted = self.n == 1
+        if self.lifted:  # a 1-D conv is an image of height 1
+            x, W = x[:, :, None], W[:, :, None]
+            geo2 = Geometry2d(
+                W.shape[2:], (1, *self.stride), (1, *self.dilation), (0, 0, *self.pads[0]), (1, *positions), g
+            )
+        else:
+            geo2 = Geometry2d(W.shape[2:], self.stride, self.dilation, window.flat(self.pads), positions, g)
+        self.plan = self._plan(Geometry2d, geo2)
+        y = self.plan.forward(x, W, b)
+        return y[:, :, 0] if self.lifted else y
 
-    def _kernels_take(self, a: Any, *sizes: int) -> bool:
-        """Whether the backend's im2col/col2im kernels read ``a`` and make ``sizes`` entries."""
-        return self.n <= 3 and cupy_kernels.usable_32bit(self.xp, a, sizes=sizes)
+    def _plan(self, kind: type, geo: Any) -> Any:
+        return _PLANS[self.strategy](self.xp, geo)
 
-    def _bias_grad(self, dy: Any) -> Any:
-        return dy.sum(axis=(0, *range(2, dy.ndim))) if self.needs_grad[2] else None
+    def backward(self, dy: Any) -> tuple:
+        need_x, need_W = self.needs_grad[0], self.needs_grad[1]
+        dx, dW = self.plan.backward(dy[:, :, None] if self.lifted else dy, need_x, need_W)
+        if self.lifted:
+            dx = None if dx is None else dx[:, :, 0]
+            dW = None if dW is None else dW[:, :, 0]
+        if not self.has_bias:
+            return dx, dW
+        db = dy.sum(axis=(0, *range(2, dy.ndim))) if self.needs_grad[2] else None
+        return dx, dW, db
 
 
-class ConvNd(_ConvNdBase):
+class ConvNd(_ConvEngine):
     """Convolution (cross-correlation) of ``x (N, C, *spatial)`` with ``W (O, C/group, *kernel)``
     and optional bias ``b (O,)``, over ``n`` spatial axes."""
 
+    def __init__(self, n: int, stride: Any = 1, padding: Any = 0, dilation: Any = 1, group: int = 1) -> None:
+        super().__init__(n, stride, padding, dilation, group)
+
     def forward(self, x: Any, W: Any, b: Any = None) -> Any:
-        xp, g = self.xp, self.group
         self._check(x, W, b)
         kernel = W.shape[2:]
-        out = tuple(
-            (size + pb + pe - d * (k - 1) - 1) // s + 1
-            for size, k, s, d, (pb, pe) in zip(x.shape[2:], kernel, self.stride, self.dilation, self.pads)
-        )
+        out = window.out_size(x.shape[2:], kernel, self.stride, self.pads, self.dilation)
         if min(out) < 1:
             raise self.error(f"kernel {kernel} (dilation {self.dilation}) exceeds the padded input", x, W)
-        N, O, K = x.shape[0], W.shape[0], W.shape[1] * prod(kernel)
-        if self._kernels_take(x, g * K * N * prod(out)):
-            geo = (out, kernel, self.stride, self.begin, self.dilation, g)
-            self.col = cupy_kernels.im2col(xp, x, *geo, layout="columns")
-        else:
-            xpad = _pad(xp, x, self.pads)
-            self.col = _windows(xp, xpad, kernel, self.stride, self.dilation, out, g).reshape(
-                g, K, N * prod(out)
-            )
-        self.Wm = W.reshape(g, O // g, K)
-        self.x_shape, self.W_shape, self.out = x.shape, W.shape, out
-        y = xp.matmul(self.Wm, self.col).reshape(O, N, *out).swapaxes(0, 1)
-        y = xp.ascontiguousarray(y)
-        if b is not None:
-            y += b.reshape(1, O, *([1] * self.n))
-        return y
-
-    def backward(self, dy: Any) -> tuple:
-        xp, g = self.xp, self.group
-        N, O = dy.shape[:2]
-        dym = dy.swapaxes(0, 1).reshape(g, O // g, -1)  # (g, O/g, N * prod(out))
-        dx = dW = None
-        if self.needs_grad[1]:
-            dW = xp.matmul(dym, self.col.swapaxes(1, 2)).reshape(self.W_shape)
-        if self.needs_grad[0]:
-            kernel = self.W_shape[2:]
-            C = self.x_shape[1]
-            dcol = xp.matmul(self.Wm.swapaxes(1, 2), dym)  # (g, C/g * prod(kernel), N * prod(out))
-            if self._kernels_take(dcol, prod(self.x_shape)):
-                geo = (self.out, kernel, self.stride, self.begin, self.dilation)
-                dx = cupy_kernels.col2im(xp, dcol, self.x_shape, *geo, layout="columns")
-            else:
-                padded = tuple(size + pb + pe for size, (pb, pe) in zip(self.x_shape[2:], self.pads))
-                dpad = xp.zeros((N, C, *padded), dy.dtype)
-                dcol = dcol.reshape(C, *kernel, N, *self.out)
-                _scatter_taps(dpad, dcol, kernel, self.stride, self.dilation, self.out)
-                inner = tuple(slice(pb, pb + size) for (pb, _), size in zip(self.pads, self.x_shape[2:]))
-                dx = dpad[_ALL2 + inner]
-        if len(self.needs_grad) < 3:
-            return dx, dW
-        return dx, dW, self._bias_grad(dy)
+        return self._run(x, W, b, out)
 
 
-class ConvTransposeNd(_ConvNdBase):
+class ConvTransposeNd(_ConvEngine):
     """Transposed convolution (``ConvNd``'s gradient w.r.t. its input) of ``x (N, C_in, *spatial)``
     with ``W (C_in, C_out/group, *kernel)`` (PyTorch's and ONNX's layout), over ``n`` axes.
 
     Output length along an axis: ``(L - 1)*stride + dilation*(k - 1) + 1 + output_padding``
     minus its two pads."""
+
+    transposed = True
 
     def __init__(
         self,
@@ -188,7 +177,7 @@ class ConvTransposeNd(_ConvNdBase):
         group: int = 1,
     ) -> None:
         super().__init__(n, stride, padding, dilation, group)
-        self.output_padding = _args.per_axis(self.name, "output_padding", output_padding, n, 0)
+        self.output_padding = window.per_axis(self.name, "output_padding", output_padding, n, 0)
         for op, s, d in zip(self.output_padding, self.stride, self.dilation):
             if op >= max(s, d):
                 raise _args.bad(self.name, "output_padding", "be < stride or dilation", output_padding)
@@ -197,56 +186,19 @@ class ConvTransposeNd(_ConvNdBase):
         return W.shape[0], W.shape[1] * self.group
 
     def forward(self, x: Any, W: Any, b: Any = None) -> Any:
-        xp, g = self.xp, self.group
         self._check(x, W, b)
-        N, C, *size = x.shape
-        kernel, og = W.shape[2:], W.shape[1]
-        full = tuple(
-            (m - 1) * s + d * (k - 1) + 1 + op
-            for m, k, s, d, op in zip(size, kernel, self.stride, self.dilation, self.output_padding)
-        )
-        if any(f - pb - pe < 1 for f, (pb, pe) in zip(full, self.pads)):
+        size = x.shape[2:]
+        geo = zip(size, W.shape[2:], self.stride, self.dilation, self.output_padding, self.pads)
+        if any((m - 1) * s + d * (k - 1) + 1 + op - pb - pe < 1 for m, k, s, d, op, (pb, pe) in geo):
             raise self.error(f"padding {self.pads} leaves an empty output", x, W)
-        self.xm = x.swapaxes(0, 1).reshape(g, C // g, -1)  # (g, C/g, N * prod(size))
-        self.Wm = W.reshape(g, C // g, og * prod(kernel))
-        self.size, self.full, self.W_shape, self.x_shape = tuple(size), full, W.shape, x.shape
-        cols = xp.matmul(self.Wm.swapaxes(1, 2), self.xm)  # (g, og * prod(kernel), N * prod(size))
-        y_shape = (N, g * og, *(f - pb - pe for f, (pb, pe) in zip(full, self.pads)))
-        if self._kernels_take(cols, prod(y_shape)):
-            geo = (self.size, kernel, self.stride, self.begin, self.dilation)
-            y = cupy_kernels.col2im(xp, cols, y_shape, *geo, layout="columns")  # cropped, gathered
-        else:
-            out = xp.zeros((N, g * og, *full), x.dtype)
-            cols = cols.reshape(g * og, *kernel, N, *size)
-            _scatter_taps(out, cols, kernel, self.stride, self.dilation, self.size)
-            y = xp.ascontiguousarray(out[self._crop()])
-        if b is not None:
-            y += b.reshape(1, -1, *([1] * self.n))
-        return y
+        return self._run(x, W, b, tuple(size))
 
-    def _crop(self) -> tuple:
-        return _ALL2 + tuple(slice(pb, f - pe) for f, (pb, pe) in zip(self.full, self.pads))
-
-    def backward(self, dy: Any) -> tuple:
-        xp, g = self.xp, self.group
-        kernel = self.W_shape[2:]
-        if self._kernels_take(dy, dy.shape[0] * dy.shape[1] * prod(kernel) * prod(self.size)):
-            geo = (self.size, kernel, self.stride, self.begin, self.dilation, g)
-            col = cupy_kernels.im2col(xp, dy, *geo, layout="columns")  # (g, og*prod(k), N*prod(size))
-        else:
-            dfull = xp.zeros((*dy.shape[:2], *self.full), dy.dtype)
-            dfull[self._crop()] = dy
-            col = _windows(xp, dfull, kernel, self.stride, self.dilation, self.size, g)
-            col = col.reshape(g, self.W_shape[1] * prod(kernel), -1)
-        dx = dW = None
-        if self.needs_grad[0]:
-            N, C = self.x_shape[:2]
-            dx = xp.matmul(self.Wm, col).reshape(C, N, *self.size).swapaxes(0, 1)
-        if self.needs_grad[1]:
-            dW = xp.matmul(self.xm, col.swapaxes(1, 2)).reshape(self.W_shape)
-        if len(self.needs_grad) < 3:
-            return dx, dW
-        return dx, dW, self._bias_grad(dy)
+    def _plan(self, kind: type, geo: Any) -> Any:
+        if kind is Geometry2d:
+            return TransposeGemm(
+                self.xp, geo, (0, *self.output_padding) if self.n == 1 else self.output_padding
+            )
+        return ColumnsTranspose(self.xp, geo, self.output_padding)
 
 
 def _spatial_axes(x: Tensor, what: str) -> int:

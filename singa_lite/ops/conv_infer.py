@@ -3,9 +3,9 @@
 With a single image and no gradient wanted, ``W (O, C*kh*kw) @ col (C*kh*kw, Ho*Wo)`` gives
 the NCHW output directly (no transposing copy); 1x1 stride-1 convs use the image itself as
 the matrix; narrowing stride-1 convs use kn2row (one GEMM of all taps, then a sum of shifted
-windows); big column matrices are made in bands of output rows. ``Conv2d.forward`` takes this
-path when nothing is recorded; ``sonnx``'s inference program calls ``conv2d_one_image`` with
-the bias folded into the weight as an extra column.
+windows); big column matrices are made in bands of output rows. The engine selects this
+strategy (:class:`OneImage`) when no backward follows; ``sonnx``'s inference program calls
+``conv2d_one_image`` with the bias folded into the weight as an extra column.
 
 (A Winograd F(2x2, 3x3) path for wide 14x14 convs was measured 0.82-0.89x im2col's time on
 its own but 0.7% faster to 2% slower inside resnet50, inception and vgg19, whose caches its
@@ -16,7 +16,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from singa_lite.ops.conv import Pads, _pad_nchw, conv_output_size
+from singa_lite.ops import window
+from singa_lite.ops.conv_blocks import Pads, Plan, _pad_nchw
 
 _BAND_BYTES = 1 << 20
 """Column matrix ``conv_one_image`` makes at once (about a core's L2 cache), bigger ones going
@@ -24,6 +25,14 @@ in bands of output rows, so that the GEMM reads each band while it is still in c
 _BAND_COLUMNS = 2048
 """...but with at least this many output pixels: thinner GEMMs ran slower than the cache saved
 (measured: 3x3 convs on 64-192 channels lost at 1 MiB bands, the 7x7 stem won 25%)."""
+
+
+class OneImage(Plan):
+    """Batch-1 conv with no backward to follow: :func:`conv_one_image`."""
+
+    def forward(self, x: Any, W: Any, b: Any) -> Any:
+        geo = (self.pads, self.stride, self.dilation, self.out_hw, self.group)
+        return conv_one_image(self.xp, x, W, b, *geo)
 
 
 def conv_one_image(
@@ -65,7 +74,8 @@ def conv_one_image(
         _kn2row_into(xp, img, W, dilation, y[0])
     else:
         sC, sH, sW = img.strides
-        win = xp.lib.stride_tricks.as_strided(
+        win = window.strided(
+            xp,
             img,
             shape=(group, cg, kh, kw, Ho, Wo),
             strides=(sC * cg, sC, sH * dh, sW * dw, sH * sh, sW * sw),
@@ -121,10 +131,7 @@ def conv2d_one_image(
     if not (x.dtype == W.dtype == b.dtype == Wb.dtype) or Wb.shape != (group, O // group, cg * kh * kw + 1):
         return None
     t, bo, l, r = pads
-    out_hw = tuple(
-        conv_output_size(n, k, s, p, d)
-        for n, k, s, p, d in zip(x.shape[2:], (kh, kw), stride, ((t, bo), (l, r)), dilation)
-    )
+    out_hw = window.out_size(x.shape[2:], (kh, kw), stride, ((t, bo), (l, r)), dilation)
     if min(out_hw) < 1:
         return None
     return conv_one_image(xp, x, W, b, pads, stride, dilation, out_hw, group, Wb)

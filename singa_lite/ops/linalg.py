@@ -13,10 +13,12 @@ from typing import Any
 from singa_lite import _args
 from singa_lite.autograd import Operator
 from singa_lite.errors import ShapeError
+from singa_lite.ops import window
 from singa_lite.ops._util import unbroadcast
+from singa_lite.ops.elementwise import Add
 from singa_lite.tensor import Tensor
 
-__all__ = [
+__all__ = [  # BiasAdd is Linear's building block, not a public op of its own
     "Einsum",
     "Gemm",
     "MatMul",
@@ -78,6 +80,23 @@ class MatMul(Operator):
             g = xp.matmul(xp.swapaxes(a2, -1, -2), dy)
             db = _cast(unbroadcast(g, b2.shape).reshape(b.shape), b.dtype)
         return da, db
+
+
+class BiasAdd(Add):
+    """``y + b``, with ``b`` along ``y``'s last axis, written into ``y``'s own array.
+
+    For an array nothing else reads: the fresh product of a ``Linear`` layer, whose own op
+    keeps only its operands. Adding in place saves the output's allocation and a pass over
+    it; backward is ``Add``'s (``dy`` for ``y``, its column sums for ``b``), and so is the
+    ONNX export (an ``Add`` node). Other shapes or dtypes add out of place, as ``Add`` does.
+    """
+
+    def forward(self, a: Any, b: Any) -> Any:
+        if b.ndim == 1 and a.ndim >= 1 and a.shape[-1] == b.shape[0] and a.dtype == b.dtype:
+            self.shapes = a.shape, b.shape
+            a += b
+            return a
+        return super().forward(a, b)
 
 
 class Gemm(Operator):
@@ -197,7 +216,7 @@ def _scatter_diagonal(xp: Any, g: Any, uniq: str, sub: str, shape: tuple) -> Any
     """Gradient of a repeated-index (diagonal) read: ``g`` written back onto the diagonal."""
     out = xp.zeros(shape, dtype=g.dtype)
     strides = [sum(st for c2, st in zip(sub, out.strides) if c2 == c) for c in uniq]
-    diag = xp.lib.stride_tricks.as_strided(out, shape=g.shape, strides=strides)
+    diag = window.strided(xp, out, g.shape, strides)
     diag[...] = g
     return out
 

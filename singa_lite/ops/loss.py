@@ -137,7 +137,9 @@ class SoftMaxCrossEntropy(_Loss):
         if self.kernel and cupy_kernels.enabled():
             return cupy_kernels.softmax_ce_backward(self.xp, p, t, dy), None
         N = p.shape[0]
-        scale = (dy.reshape(()) / N).astype(p.dtype)
+        # A 0-d array, not ``(...).astype``: NumPy 2.4's scalar ``astype`` to its own dtype
+        # leaks a small object now and then (tests/test_long_run.py saw the heap move).
+        scale = self.xp.asarray(dy.reshape(()) / N, dtype=p.dtype)
         if self.labels:
             dx = p * scale
             dx[self.xp.arange(N), t] -= scale

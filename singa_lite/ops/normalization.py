@@ -8,6 +8,7 @@ Statistics of float16 inputs are computed in float32; outputs keep the input's d
 
 from __future__ import annotations
 
+import math
 from abc import ABC, abstractmethod
 from typing import Any
 
@@ -74,10 +75,11 @@ class BatchNorm(Operator):
             if p.shape != (c,):
                 raise self.error(f"scale, bias and running stats must have shape ({c},)", x, p)
         acc = _acc_dtype(x.dtype)
-        # (N, C, S): one reduction over axes (0, 2) whatever the input's rank.
-        x3 = x.reshape(x.shape[0], c, -1).astype(acc, copy=False)
+        # (N, C, S): one reduction over axes (0, 2) whatever the input's rank (S spelled out:
+        # reshape cannot infer a -1 for an empty batch).
+        x3 = x.reshape(x.shape[0], c, math.prod(x.shape[2:])).astype(acc, copy=False)
         self.m = x3.shape[0] * x3.shape[2]
-        self.passes = _NumpyPasses() if xp is np else _CupyPasses(xp)
+        self.passes = _passes(xp, x3)
         if self.training:
             if self.m < 2:
                 raise self.error("needs more than one value per channel in training", x)
@@ -106,7 +108,7 @@ class BatchNorm(Operator):
     def backward(self, dy: Any) -> tuple:
         inv, m = self.inv, self.m
         acc = inv.dtype
-        dy3 = dy.reshape(dy.shape[0], inv.shape[0], -1).astype(acc, copy=False)
+        dy3 = dy.reshape(dy.shape[0], inv.shape[0], math.prod(dy.shape[2:])).astype(acc, copy=False)
         dbias, dot = self.passes.grad_sums(dy3)
         dscale = dot * inv  # sum(dy * xhat)
         dx = None
@@ -154,6 +156,37 @@ class _NumpyPasses:
         dx += self.xc * b[:, None]
         dx += c[:, None]
         return dx
+
+
+class _KernelPasses:
+    """The same passes as compiled CPU kernels (``backend/cpu_kernels/normalization.py``): one
+    pass each over the input (two for the statistics, the second in cache), centring on the
+    fly, so only the input and the per-channel mean are kept; sums in float64."""
+
+    def moments(self, x3: Any) -> tuple[Any, Any]:
+        mean, var = cpu_kernels.normalization.batch_norm_moments(x3)
+        self.centre(x3, mean)
+        return mean, var
+
+    def centre(self, x3: Any, mean: Any) -> None:
+        self.x3, self.mean = x3, mean
+
+    def scale_shift(self, a: Any, b: Any) -> Any:
+        return cpu_kernels.normalization.batch_norm_normalize(self.x3, self.mean, a, b)
+
+    def grad_sums(self, dy3: Any) -> tuple[Any, Any]:
+        return cpu_kernels.normalization.batch_norm_grad_sums(self.x3, dy3, self.mean)
+
+    def grad_x(self, dy3: Any, a: Any, b: Any, c: Any) -> Any:
+        return cpu_kernels.normalization.batch_norm_grad_x(self.x3, dy3, self.mean, a, b, c)
+
+
+def _passes(xp: Any, x3: Any) -> Any:
+    """The passes for ``x3``'s array module: CuPy kernels, compiled CPU kernels where
+    :func:`cpu_kernels.usable` says so, else NumPy."""
+    if xp is not np:
+        return _CupyPasses(xp)
+    return _KernelPasses() if cpu_kernels.usable(xp, x3) else _NumpyPasses()
 
 
 class _CupyPasses:

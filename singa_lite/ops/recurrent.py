@@ -15,15 +15,20 @@ Layouts (row-major, ``x @ W``), for hidden size H:
 ``reverse=True`` runs a sequence from its last step to its first (the backward half of a
 bidirectional layer); ``y[t]`` is still the output for input ``x[t]``.
 A cell is the sequence op over one step (same code), so the two cannot drift apart.
+On NumPy with the compiled CPU kernels on, the LSTM without peepholes runs each step's gate
+arithmetic as one compiled pass (``backend/cpu_kernels/recurrent.py``); the code here is the
+reference and the fallback.
 """
 
 from __future__ import annotations
 
+import importlib
 from abc import ABC, abstractmethod
 from typing import Any
 
 from singa_lite import _args
 from singa_lite.autograd import Operator
+from singa_lite.backend import cpu_kernels
 from singa_lite.errors import DTypeError
 from singa_lite.tensor import Tensor
 
@@ -55,6 +60,24 @@ def _half_sigmoid_(xp: Any, a: Any) -> None:
     xp.tanh(a, out=a)
     a += 1
     a *= 0.5
+
+
+class _RecurrentKernels:
+    """The compiled step loops (``backend/cpu_kernels/recurrent.py``): called with arrays, says
+    whether they can take them; ``module()`` imports them (and Numba) at the first use."""
+
+    _module: Any = None
+
+    def __call__(self, xp: Any, *arrays: Any) -> bool:
+        return cpu_kernels.usable(xp, *arrays) and all(a.flags.c_contiguous for a in arrays[:1])
+
+    def module(self) -> Any:
+        if self._module is None:
+            self._module = importlib.import_module("singa_lite.backend.cpu_kernels.recurrent")
+        return self._module
+
+
+_kernels = _RecurrentKernels()
 
 
 class _Sequence(Operator, ABC):
@@ -113,7 +136,10 @@ class _Sequence(Operator, ABC):
         dWx = xp.matmul(self.x2.T, dxw2) if need_wx else None
         dWh = self._grad_Wh(dhw2) if need_wh else None
         dBx = dxw2.sum(axis=0) if need_bx else None
-        dBh = dhw2.sum(axis=0) if need_bh else None
+        if need_bh and dBx is not None and dhw is dxw:  # (RNN, LSTM) the same sums: a copy
+            dBh = dBx.copy()  # of its own, as an update may scale a gradient in place
+        else:
+            dBh = dhw2.sum(axis=0) if need_bh else None
         dstates = tuple(d if need else None for d, need in zip(dstates, need_states))
         return (dx, *dstates, dWx, dWh, dBx, dBh)
 
@@ -247,6 +273,8 @@ class LSTMSequence(_Sequence):
         hs[0], cs[0] = states
         if self.P is not None:
             self._peephole_steps(xw, Wh_half, hs, cs, tcs)
+        elif _kernels(xp, xw, Wh_half, hs):  # each step: the product and one compiled pass
+            _kernels.module().lstm_forward(xw, Wh_half, hs, cs, tcs)
         else:
             for t in range(T):
                 a = xw[t]  # pre-activations, turned into activations in place
@@ -294,6 +322,10 @@ class LSTMSequence(_Sequence):
         xp, acts, cs, tcs = self.xp, self.acts, self.cs, self.tcs
         T, N, G = acts.shape
         H = G // 4
+        dh, dc = dfinal
+        if self.P is None and _kernels(xp, acts, dh, dc, *(() if dy is None else (dy,))):
+            d, dh, dc = _kernels.module().lstm_backward(acts, cs, tcs, self._transposed(self.Wh), dy, dh, dc)
+            return d, d, (dh, dc)
         # Whatever does not depend on the incoming gradients is done for all steps at once:
         # the gates' activation derivatives (into da, scaled in the loop) and o * tanh'(c).
         da = xp.empty_like(acts)
@@ -303,7 +335,6 @@ class LSTMSequence(_Sequence):
         xp.subtract(1, da[..., 3 * H :], out=da[..., 3 * H :])
         o_dtanh = acts[..., 2 * H : 3 * H] * (1 - tcs * tcs)
         WhT = self._transposed(self.Wh)
-        dh, dc = dfinal
         if self.P is not None:
             dh, dc = self._peephole_back_steps(dy, dh, dc, da, o_dtanh, WhT)
             return da, da, (dh, dc)

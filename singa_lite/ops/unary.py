@@ -16,6 +16,7 @@ from typing import Any
 
 from singa_lite import _args, backend
 from singa_lite.autograd import Operator
+from singa_lite.backend import cpu_kernels
 from singa_lite.errors import DTypeError, ShapeError
 from singa_lite.tensor import Tensor
 
@@ -213,6 +214,9 @@ class Clip(_IntOk):
         return self.xp.clip(x, lo, hi)
 
     def backward(self, dy: Any) -> Any:
+        bounded = self.lo is not None or self.hi is not None
+        if bounded and cpu_kernels.usable(self.xp, self.x, dy):  # one pass, no bool mask
+            return cpu_kernels.activation.clip_backward(self.x, dy, self.lo, self.hi)
         inside = self.xp.ones(dy.shape, dtype=bool)
         if self.lo is not None:
             inside &= self.x > self.lo

@@ -3,9 +3,11 @@
 ``prepare`` checks the model, resolves a handler for every node (see
 :mod:`singa_lite.sonnx.import_ops`), turns initializers into tensors on the device and folds every
 node whose inputs are all constants (weight re-layouts, shape arithmetic on constants) once.
-``SingaRep.run`` then runs the remaining nodes eagerly, in graph order, on singa_lite ops; for a
-whole-graph run it takes a copy rewritten by the passes of :mod:`~singa_lite.sonnx.fusion`
-(``prepare(..., optimize=False)`` runs the graph as written).
+``SingaRep.run`` then runs the remaining nodes eagerly, in graph order, on singa_lite ops,
+through a :class:`~singa_lite.sonnx.plan.Plan` made at the first run (slots instead of names,
+frees and static checks worked out once); for a whole-graph run it takes a copy rewritten by
+the passes of :mod:`~singa_lite.sonnx.fusion` (``prepare(..., optimize=False)`` runs the graph
+as written).
 
 The model is untrusted input: it is read by :mod:`~singa_lite.sonnx.reading` (file size,
 external data), checked against the operator schemas by :mod:`~singa_lite.sonnx.validate`, and
@@ -46,6 +48,7 @@ from singa_lite.sonnx.import_ops.base import (
     storage_dtype,
     sub_byte_range,
 )
+from singa_lite.sonnx.plan import Plan
 from singa_lite.sonnx.reading import read_model
 from singa_lite.tensor import Tensor
 
@@ -363,38 +366,16 @@ class Program:
         n = len(self.nodes)
         if not isinstance(last_layers, int) or not -max(n, 1) <= last_layers <= -1:
             raise ValueError(f"last_layers must be an int in [-{n}, -1], got {last_layers!r}")
-        stop = n + last_layers + 1
-        env: dict[str, Tensor] = dict(self.constants)
-        env.update(variables or {})
-        env.update(feeds)
-        keep = set(self.outputs) | set(aux_output)
-        if stop < n:
-            keep.update(self.nodes[stop - 1].outputs)
-        made: dict[str, int] = {}  # bytes of the live tensors the nodes made (limits.max_total_bytes)
-        live = 0
-        for k in range(stop):
-            if self.folded[k]:
-                continue
-            node = self.nodes[k]
-            outs = self._call(node, self.handlers[k], [env[i] if i else None for i in node.inputs])
-            for name, t in zip(node.outputs, outs):
-                if name:
-                    env[name] = t
-                    size = value_bytes(t)
-                    live += size - made.get(name, 0)
-                    made[name] = size
-            for name in node.inputs:  # free intermediates as soon as their last reader has run
-                last = self.last_use.get(name) == k and name not in keep and name not in self.constants
-                if last and env.pop(name, None) is not None:
-                    live -= made.pop(name, 0)
-            if live > self.limits.max_total_bytes:
-                env.clear()
-                _limits.check_total(node, live, self.limits, "the tensors of this run")
-        names = self.outputs if stop == n else [o for o in self.nodes[stop - 1].outputs if o]
-        missing = [a for a in aux_output if a not in env]
-        if missing:
-            raise OnnxError(f"aux_output {missing} are not tensors computed before the cut")
-        return [env[name] for name in [*names, *aux_output]]
+        key = (last_layers, tuple(aux_output))
+        plans = self.__dict__.setdefault("_plans", {})
+        found = plans.get(key)
+        if found is None or not found.fits(self):
+            stop = n + last_layers + 1
+            names = self.outputs if stop == n else [o for o in self.nodes[stop - 1].outputs if o]
+            if len(plans) > 8:  # cuts are few; a caller walking through many keeps only the latest
+                plans.clear()
+            found = plans[key] = Plan(self, stop, names, list(aux_output))
+        return found.run(feeds, variables)
 
     def feeds(self, inputs: Any, check: bool = True) -> dict[str, Tensor]:
         """Graph inputs by name from a list (in graph order), a dict, or one array (NumPy or

@@ -13,6 +13,7 @@ from singa_lite import autograd, tensor
 from singa_lite.backend import cupy_kernels
 from singa_lite.errors import DTypeError, ShapeError
 from singa_lite.ops import conv as conv_module
+from singa_lite.ops import conv_blocks
 from singa_lite.ops.conv import conv_output_size, same_padding
 
 
@@ -157,11 +158,9 @@ def test_conv2d_grad(dev, geo):
 )
 def test_conv2d_blocked_im2col(dev, monkeypatch, keep_bytes, block_bytes, geo, channels):
     # The host im2col runs in L2-sized blocks; small blocks exercise every path on tiny inputs.
-    from singa_lite.ops import conv as conv_module
-
-    monkeypatch.setattr(conv_module, "_BLOCK_BYTES", block_bytes)
-    monkeypatch.setattr(conv_module, "_BLOCK_ROWS", 1)
-    monkeypatch.setattr(conv_module, "_KEEP_BYTES", keep_bytes)
+    monkeypatch.setattr(conv_blocks, "_BLOCK_BYTES", block_bytes)
+    monkeypatch.setattr(conv_blocks, "_BLOCK_ROWS", 1)
+    monkeypatch.setattr(conv_blocks, "_KEEP_BYTES", keep_bytes)
     c, o = channels
     x, w, b = _rand((3, c, 4, 3)), _rand((o, c // geo.get("group", 1), 3, 2), seed=1), _rand((o,), seed=2)
     check_forward(lambda *ts: autograd.conv2d(*ts, **geo), lambda *a: conv2d_ref(*a, **geo), [x, w, b], dev)
@@ -471,7 +470,7 @@ def test_im2col_col2im_kernels_bitwise(gpu, monkeypatch, case, dtype):
         for n, k, s, p, d in zip((H, W), (kh, kw), stride, ((t, bo), (l, r)), dilation)
     )
     col = cupy_kernels.im2col(xp, x, out, (kh, kw), stride, (t, l), dilation, g)
-    plain = conv_module.im2col(xp, conv_module.pad_nhwc(xp, x, pads), (kh, kw), stride, dilation, out, g)
+    plain = conv_blocks.im2col(xp, conv_blocks.pad_nhwc(xp, x, pads), (kh, kw), stride, dilation, out, g)
     assert (
         col.shape == plain.shape
         and to_numpy(col).tobytes() == to_numpy(xp.ascontiguousarray(plain)).tobytes()
@@ -479,7 +478,7 @@ def test_im2col_col2im_kernels_bitwise(gpu, monkeypatch, case, dtype):
     taps = xp.asarray(_rand((g, kh * kw * C // g, N * out[0] * out[1]), dtype, seed=3))
     dx = cupy_kernels.col2im(xp, taps, x.shape, out, (kh, kw), stride, (t, l), dilation)
     padded = (N, C, H + t + bo, W + l + r)
-    full = conv_module.col2im(xp, taps.transpose(0, 2, 1), padded, (kh, kw), stride, dilation, out)
+    full = conv_blocks.col2im(xp, taps.transpose(0, 2, 1), padded, (kh, kw), stride, dilation, out)
     want = xp.ascontiguousarray(full[:, :, t : t + H, l : l + W])
     assert dx.shape == want.shape and to_numpy(dx).tobytes() == to_numpy(want).tobytes()
 
@@ -534,7 +533,7 @@ def test_conv_kernel_arguments(fake_cupy):
     ],
 )
 def test_conv2d_kernel_launches(fake_cupy, monkeypatch, stride, out_channels, keep_bytes, want):
-    monkeypatch.setattr(conv_module, "_KEEP_BYTES", keep_bytes)
+    monkeypatch.setattr(conv_blocks, "_KEEP_BYTES", keep_bytes)
     op = conv_module.Conv2d(stride, 1)
     op.xp, op.needs_grad = fake_cupy, (True, True)
     x, w = np.ones((2, 3, 6, 6), np.float32), np.ones((out_channels, 3, 3, 3), np.float32)

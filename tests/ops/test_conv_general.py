@@ -15,7 +15,7 @@ from opcheck import check_forward, check_grad, to_tensors
 from singa_lite import autograd, ops, tensor
 from singa_lite.backend import cupy_kernels
 from singa_lite.errors import DTypeError, ShapeError
-from singa_lite.ops import conv_general
+from singa_lite.ops import conv_columns
 
 
 def _rand(shape: tuple, dtype: type = np.float64, seed: int = 0) -> np.ndarray:
@@ -374,13 +374,13 @@ def test_columns_kernels_bitwise(dev, monkeypatch, g, n, dtype) -> None:
         for m, k, s, d, (pb, pe) in zip(x.shape[2:], kernel, stride, dilation, pads)
     )
     col = cupy_kernels.im2col(xp, x, out, kernel, stride, begin, dilation, group, layout="columns")
-    win = conv_general._windows(xp, conv_general._pad(xp, x, pads), kernel, stride, dilation, out, group)
+    win = conv_columns._windows(xp, conv_columns._pad(xp, x, pads), kernel, stride, dilation, out, group)
     plain = xp.ascontiguousarray(win).reshape(col.shape)
     assert to_numpy(col).tobytes() == to_numpy(plain).tobytes()
     taps = xp.asarray(_rand(col.shape, dtype, 4))
     dx = cupy_kernels.col2im(xp, taps, x.shape, out, kernel, stride, begin, dilation, layout="columns")
     padded = xp.zeros((*x.shape[:2], *(m + pb + pe for m, (pb, pe) in zip(x.shape[2:], pads))), dtype)
-    conv_general._scatter_taps(
+    conv_columns._scatter_taps(
         padded, taps.reshape(x.shape[1], *kernel, x.shape[0], *out), kernel, stride, dilation, out
     )
     inner = tuple(slice(pb, pb + m) for (pb, _), m in zip(pads, x.shape[2:]))

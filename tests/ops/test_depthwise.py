@@ -1,5 +1,6 @@
-"""The depthwise inference path (``ops/depthwise.py``, one einsum) against the recorded path
-(the tap loop that keeps its padded input for backward) and a float64 reference."""
+"""The depthwise strategies (``ops/depthwise.py``): the inference einsum against the recorded
+path (the tap loop, or the compiled kernels, which keep what backward needs) and a float64
+reference; the compiled kernels' forward and backward against the tap loop's."""
 
 from __future__ import annotations
 
@@ -9,8 +10,10 @@ from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from singa_lite import autograd, tensor
+from singa_lite.backend import cpu_kernels
 from singa_lite.ops import depthwise
-from singa_lite.ops.conv import Conv2d, conv_output_size
+from singa_lite.ops.conv import conv_output_size
+from singa_lite.ops.conv_blocks import Geometry2d
 
 
 def _rand(shape: tuple, dtype: type, seed: int) -> np.ndarray:
@@ -78,7 +81,7 @@ def test_inference_equals_recorded_path(dev, case, seed, monkeypatch):
         raise AssertionError("inference ran the recording tap loop")
 
     with monkeypatch.context() as mp:  # the no-backward call must take the einsum path
-        mp.setattr(Conv2d, "_depthwise_forward", no_tap_loop)
+        mp.setattr(depthwise.Depthwise, "forward", no_tap_loop)
         inferred = _conv(arrays, dev, geo, record=False)
     assert inferred.dtype == recorded.dtype == dtype and inferred.shape == recorded.shape
     tol = 1e-5 if dtype == np.float32 else 1e-12
@@ -120,3 +123,31 @@ def test_shufflenet_sizes_float32():
         y = depthwise.depthwise_conv(np, x, w, b, (1, 1, 1, 1), (s, s), (1, 1), (Ho, Ho))
         assert y.dtype == np.float32
         np.testing.assert_allclose(y, _reference(x, w, b, (s, s), (1, 1, 1, 1), (1, 1)), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.skipif(not cpu_kernels.usable(np, np.zeros(1)), reason="compiled CPU kernels off or no Numba")
+@given(case=depthwise_cases(), seed=st.integers(0, 2**16))
+def test_compiled_kernels_equal_the_tap_loop(case, seed):
+    """The ``depthwise_kernel`` strategy: forward and both gradients as the tap loop's."""
+    (xs, ws), dtype, geo = case["shapes"], case["dtype"], case["geo"]
+    x, w = _rand(xs, dtype, seed), _rand(ws, dtype, seed + 1)
+    b = _rand((ws[0],), dtype, seed + 2) if case["bias"] else None
+    pads = geo["padding"]
+    out = tuple(
+        conv_output_size(n, k, s, p, d)
+        for n, k, s, p, d in zip(xs[2:], ws[2:], geo["stride"], (pads[:2], pads[2:]), geo["dilation"])
+    )
+    g = Geometry2d(ws[2:], geo["stride"], geo["dilation"], pads, out, xs[1])
+    loop, compiled = depthwise.Depthwise(np, g), depthwise.Depthwise(np, g, compiled=True)
+    assert compiled.kernels is not None and depthwise.kernels_take(np, x, w)
+    y_loop, y_kernel = loop.forward(x, w, b), compiled.forward(x, w, b)
+    dy = _rand(y_loop.shape, dtype, seed + 3)
+    tol = 1e-5 if dtype == np.float32 else 1e-12
+    np.testing.assert_allclose(y_kernel, y_loop, rtol=tol, atol=tol)
+    for need_x, need_w in ((True, True), (True, False), (False, True)):
+        got, want = compiled.backward(dy, need_x, need_w), loop.backward(dy, need_x, need_w)
+        for a, e in zip(got, want):
+            assert (a is None) == (e is None)
+            if a is not None:
+                assert a.shape == e.shape and a.dtype == e.dtype
+                np.testing.assert_allclose(a, e, rtol=tol, atol=tol * max(1, float(np.abs(e).max())))

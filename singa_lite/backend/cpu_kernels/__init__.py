@@ -13,9 +13,11 @@ Numba is an optional dependency (the ``cpu-kernels`` extra): it is imported at t
 turns the kernels off, for A/B comparisons and as an escape hatch. Thread counts:
 :mod:`.threads` (``SINGA_LITE_NUM_THREADS``).
 
-One module per family: ``activation`` (GELU, bias + activation), ``normalization`` (layer
-norm), ``softmax`` (row softmax, attention's), ``optim`` (SGD, Adam/AdamW), each imported
-(with Numba) at its first use as an attribute of this package; ``_math`` holds the
+One module per family, each imported (with Numba) at its first use as an attribute of this
+package: ``activation`` (GELU, bias + activation, the ReLU, clip and hard sigmoid gradients,
+SiLU, hard swish, add + ReLU), ``normalization`` (layer norm, batch norm), ``softmax`` (row
+softmax, attention's), ``optim`` (SGD, Adam/AdamW), ``conv`` (depthwise convolution),
+``pool`` (max and average pooling), ``recurrent`` (the LSTM step); ``_math`` holds the
 vectorisable exp and tanh the float32 loops use, ``_jit`` the compilation, its disk cache and
 the thread pool. This module and :mod:`.threads` import without Numba.
 """
@@ -90,7 +92,7 @@ def flat(a: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(a).reshape(-1)
 
 
-FAMILIES = ("activation", "normalization", "softmax", "optim")
+FAMILIES = ("activation", "normalization", "softmax", "optim", "conv", "pool", "recurrent")
 
 
 def __getattr__(name: str) -> Any:

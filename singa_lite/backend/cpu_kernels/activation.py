@@ -16,7 +16,7 @@ import numpy as np
 from numba import prange
 
 from singa_lite.backend.cpu_kernels import flat
-from singa_lite.backend.cpu_kernels._jit import helper, kernel
+from singa_lite.backend.cpu_kernels._jit import exact, helper, kernel
 from singa_lite.backend.cpu_kernels._math import exp, exp_cap, like, poly, tanh
 from singa_lite.ops import unary
 
@@ -274,3 +274,175 @@ def bias_activation_backward(
         db = np.empty(channels, np.float64)
         bwd_lines(dy.size, dy.reshape(lines), saved.reshape(lines), b, dx.reshape(lines), db)
     return dx, db.astype(dy.dtype)
+
+
+# -- piecewise-linear activations ---------------------------------------------------------------
+# NumPy's ReLU and clip backward, ``dy * mask``, make a bool array and then multiply float by
+# bool through a casting loop; its hard sigmoid makes three temporaries. Each loop here is one
+# pass. They multiply ``dy`` by 0 or 1 instead of choosing 0, so that nan and inf in ``dy``
+# propagate as in the reference. (ReLU's and clip's forward are one NumPy pass at memory speed
+# already: measured no faster compiled.)
+@kernel
+def _relu_bwd(y: Any, dy: Any, dx: Any) -> None:
+    for i in prange(y.size):
+        dx[i] = dy[i] * (like(dy, 1.0) if y[i] > 0 else like(dy, 0.0))
+
+
+@kernel
+def _clip_bwd(x: Any, dy: Any, lo: Any, hi: Any, has_lo: bool, has_hi: bool, dx: Any) -> None:
+    for i in prange(x.size):
+        v = x[i]
+        inside = (v > lo or not has_lo) and (v < hi or not has_hi)
+        dx[i] = dy[i] * (like(dy, 1.0) if inside else like(dy, 0.0))
+
+
+# Not contracted (``exact``): alpha * x + gamma rounded twice as NumPy does, so that the
+# gradient's 0 < z < 1 test agrees with the reference's at the ends.
+@exact
+def _hardsigmoid_fwd(x: Any, alpha: Any, gamma: Any, y: Any) -> None:
+    for i in prange(x.size):
+        z = x[i] * alpha
+        z = z + gamma
+        z = like(z, 0.0) if z < 0 else z
+        y[i] = like(z, 1.0) if z > 1 else z
+
+
+@exact
+def _hardsigmoid_bwd(x: Any, dy: Any, alpha: Any, gamma: Any, dx: Any) -> None:
+    for i in prange(x.size):
+        z = x[i] * alpha
+        z = z + gamma
+        g = dy[i] * (like(dy, 1.0) if (z > 0 and z < 1) else like(dy, 0.0))
+        dx[i] = g * alpha
+
+
+def relu_backward(y: np.ndarray, dy: np.ndarray) -> np.ndarray:
+    """``dy * (y > 0)`` from ReLU's output ``y``, in one pass."""
+    y1, dy1 = flat(y), flat(dy)
+    dx = np.empty_like(dy1)
+    _relu_bwd(y1.size, y1, dy1, dx)
+    return dx.reshape(dy.shape)
+
+
+def clip_backward(x: np.ndarray, dy: np.ndarray, lo: float | None, hi: float | None) -> np.ndarray:
+    """``dy`` where ``lo < x < hi`` (an open end passes everything), else 0, in one pass."""
+    x1, dy1 = flat(x), flat(dy)
+    t = x.dtype.type
+    dx = np.empty_like(dy1)
+    bounds = t(0 if lo is None else lo), t(0 if hi is None else hi)
+    _clip_bwd(x1.size, x1, dy1, *bounds, lo is not None, hi is not None, dx)
+    return dx.reshape(dy.shape)
+
+
+def hardsigmoid_forward(x: np.ndarray, alpha: float, gamma: float) -> np.ndarray:
+    """``clip(alpha * x + gamma, 0, 1)`` in one pass."""
+    x1 = flat(x)
+    t = x.dtype.type
+    y = np.empty_like(x1)
+    _hardsigmoid_fwd(x1.size, x1, t(alpha), t(gamma), y)
+    return y.reshape(x.shape)
+
+
+def hardsigmoid_backward(x: np.ndarray, dy: np.ndarray, alpha: float, gamma: float) -> np.ndarray:
+    """``dy * alpha`` where ``0 < alpha * x + gamma < 1``, else 0, from the input ``x``."""
+    x1, dy1 = flat(x), flat(dy)
+    t = x.dtype.type
+    dx = np.empty_like(dy1)
+    _hardsigmoid_bwd(x1.size, x1, dy1, t(alpha), t(gamma), dx)
+    return dx.reshape(dy.shape)
+
+
+# -- SiLU, hard swish, residual add + ReLU ------------------------------------------------------
+# For the fused inference chains of ``sonnx.fusion`` (and any op that computes them): NumPy's
+# SiLU is six passes (``sigmoid_array``'s five and the product), its hard swish three, an add
+# and ReLU two. Each is one pass here, in the reference's order of operations: the backward
+# loops are the derivative as autograd forms it through ``x * sigmoid(x)`` and
+# ``x * hardsigmoid(x)``.
+@kernel
+def _silu_fwd(x: Any, y: Any) -> None:
+    for i in prange(x.size):
+        y[i] = _sigmoid(x[i]) * x[i]
+
+
+@kernel
+def _silu_bwd(x: Any, dy: Any, dx: Any) -> None:
+    for i in prange(x.size):
+        s = _sigmoid(x[i])
+        g = dy[i] * x[i]
+        g = (like(s, 1.0) - s) * s * g
+        dx[i] = dy[i] * s + g
+
+
+@exact
+def _hardswish_fwd(x: Any, alpha: Any, beta: Any, y: Any) -> None:
+    for i in prange(x.size):
+        z = x[i] * alpha
+        z = z + beta
+        z = like(z, 0.0) if z < 0 else z
+        z = like(z, 1.0) if z > 1 else z
+        y[i] = x[i] * z
+
+
+@exact
+def _hardswish_bwd(x: Any, dy: Any, alpha: Any, beta: Any, dx: Any) -> None:
+    for i in prange(x.size):
+        z = x[i] * alpha
+        z = z + beta
+        inside = z > 0 and z < 1
+        h = like(z, 0.0) if z < 0 else z
+        h = like(z, 1.0) if h > 1 else h
+        g = dy[i] * x[i]
+        g = g * (like(g, 1.0) if inside else like(g, 0.0))
+        dx[i] = dy[i] * h + g * alpha
+
+
+@kernel
+def _add_relu_fwd(a: Any, b: Any, y: Any) -> None:
+    for i in prange(a.size):
+        v = a[i] + b[i]
+        y[i] = like(v, 0.0) if v < 0 else v
+
+
+def silu_forward(x: np.ndarray) -> np.ndarray:
+    """``x * sigmoid(x)`` in one pass (the sigmoid as ``ops.activation.sigmoid_array``)."""
+    x1 = flat(x)
+    y = np.empty_like(x1)
+    _silu_fwd(x1.size * 4, x1, y)
+    return y.reshape(x.shape)
+
+
+def silu_backward(x: np.ndarray, dy: np.ndarray) -> np.ndarray:
+    """``dy * (s + x s (1 - s))``, ``s = sigmoid(x)``, in one pass from the input."""
+    x1, dy1 = flat(x), flat(dy)
+    dx = np.empty_like(dy1)
+    _silu_bwd(x1.size * 4, x1, dy1, dx)
+    return dx.reshape(dy.shape)
+
+
+def hardswish_forward(x: np.ndarray, alpha: float = 1 / 6, beta: float = 0.5) -> np.ndarray:
+    """``x * clip(alpha * x + beta, 0, 1)`` in one pass (ONNX HardSwish: the defaults)."""
+    x1 = flat(x)
+    t = x.dtype.type
+    y = np.empty_like(x1)
+    _hardswish_fwd(x1.size, x1, t(alpha), t(beta), y)
+    return y.reshape(x.shape)
+
+
+def hardswish_backward(x: np.ndarray, dy: np.ndarray, alpha: float = 1 / 6, beta: float = 0.5) -> np.ndarray:
+    """The gradient of :func:`hardswish_forward` from the input, in one pass."""
+    x1, dy1 = flat(x), flat(dy)
+    t = x.dtype.type
+    dx = np.empty_like(dy1)
+    _hardswish_bwd(x1.size, x1, dy1, t(alpha), t(beta), dx)
+    return dx.reshape(dy.shape)
+
+
+def add_relu_forward(a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    """``max(a + b, 0)`` of two arrays of one shape and dtype, in one pass. Returns the array
+    written: ``out`` where given and C-contiguous of their shape and dtype (it may be ``a`` or
+    ``b``, for an in-place sum), else a new one."""
+    a1, b1 = flat(a), flat(b)
+    fits = out is not None and out.flags.c_contiguous and out.shape == a.shape and out.dtype == a.dtype
+    y = out if fits and out is not None else np.empty(a.shape, a.dtype)
+    _add_relu_fwd(a1.size, a1, b1, y.reshape(-1))
+    return y

@@ -20,6 +20,7 @@ from onnx import AttributeProto, NodeProto, TensorProto, helper, numpy_helper
 
 from singa_lite import autograd, backend
 from singa_lite.errors import OnnxError
+from singa_lite.ops import window
 from singa_lite.sonnx import limits as _limits
 from singa_lite.tensor import Tensor, as_dtype
 
@@ -258,9 +259,8 @@ def const(value: Any, like: Tensor, dtype: Any = None) -> Tensor:
 
 
 def onnx_pads_to_pairs(pads: Sequence[int]) -> list[tuple[int, int]]:
-    """ONNX ``[b1, b2, ..., e1, e2, ...]`` as ``[(b1, e1), (b2, e2), ...]``."""
-    n = len(pads) // 2
-    return [(int(pads[i]), int(pads[i + n])) for i in range(n)]
+    """ONNX ``[b1, b2, ..., e1, e2, ...]`` as ``[(b1, e1), (b2, e2), ...]`` (``ops.window``)."""
+    return list(window.onnx_pairs(pads))
 
 
 def same_pads(
@@ -270,18 +270,10 @@ def same_pads(
     dilations: Sequence[int],
     mode: str,
 ) -> list[int]:
-    """ONNX ``auto_pad`` SAME_UPPER / SAME_LOWER padding as ONNX ``pads`` for any number of axes.
-
-    The output length is ``ceil(in / stride)``; an odd total puts the extra cell at the end
-    (SAME_UPPER) or at the beginning (SAME_LOWER).
-    """
-    begins, ends = [], []
-    for n, k, s, d in zip(in_sizes, kernel, strides, dilations):
-        total = max((-(-n // s) - 1) * s + d * (k - 1) + 1 - n, 0)
-        small, big = total // 2, total - total // 2
-        begins.append(small if mode == "SAME_UPPER" else big)
-        ends.append(big if mode == "SAME_UPPER" else small)
-    return begins + ends
+    """ONNX ``auto_pad`` SAME_UPPER / SAME_LOWER padding as ONNX ``pads`` for any number of axes
+    (``ops.window.same_pads``: output length ``ceil(in / stride)``, an odd total's extra cell at
+    the end for SAME_UPPER, at the beginning for SAME_LOWER)."""
+    return window.to_onnx(window.same_pads(in_sizes, kernel, strides, dilations, mode))
 
 
 def window_pads(
@@ -290,10 +282,8 @@ def window_pads(
     """The explicit ONNX ``pads`` of a Conv/pool node, resolving ``auto_pad``."""
     n = len(kernel)
     auto = node.attr("auto_pad", "NOTSET")
-    if auto in ("SAME_UPPER", "SAME_LOWER"):
-        return same_pads(x.shape[2:], kernel, strides, dilations, auto)
-    if auto == "VALID":
-        return [0] * (2 * n)
-    if auto != "NOTSET":
+    if auto not in window.AUTO_PADS:
         raise node.fail(f"unknown auto_pad {auto!r}")
-    return list(node.attr("pads", [0] * (2 * n)))
+    if auto == "NOTSET":  # as written: the caller checks its length
+        return list(node.attr("pads", [0] * (2 * n)))
+    return window.to_onnx(window.auto_pads(auto, x.shape[2:], kernel, strides, dilations, ()))

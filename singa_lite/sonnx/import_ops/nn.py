@@ -14,13 +14,12 @@ from collections.abc import Sequence
 import numpy as np
 
 from singa_lite import autograd, ops
-from singa_lite.ops import conv_infer, unary
+from singa_lite.ops import conv_infer, unary, window
 from singa_lite.sonnx import limits
 from singa_lite.sonnx.import_ops.base import (
     GATE_ORDER,
     PEEPHOLE_ORDER,
     Node,
-    onnx_pads_to_pairs,
     window_pads,
     wrap,
 )
@@ -72,10 +71,10 @@ def _window_out(
 ) -> list[int]:
     """The output length of each spatial axis of a convolution (floor mode); the padded input
     is checked against the allocation limit on the way."""
-    k = len(kernel)
-    padded = [i + pads[a] + pads[a + k] for a, i in enumerate(x.shape[2:])]
+    pairs = window.onnx_pairs(pads)
+    padded = [i + b + e for i, (b, e) in zip(x.shape[2:], pairs)]
     n.check_size([*x.shape[:2], *padded], x.dtype, "padded input")
-    out = [(p - d * (kk - 1) - 1) // s + 1 for p, kk, s, d in zip(padded, kernel, strides, dilations)]
+    out = list(window.out_size(x.shape[2:], kernel, strides, pairs, dilations))
     if min(out, default=1) < 1:
         raise n.fail(
             f"the kernel {list(kernel)} (dilations {dilations}) does not fit the padded input {padded}"
@@ -117,14 +116,8 @@ def _conv_checks(n: Node, x: Tensor, W: Tensor, B: Tensor | None) -> tuple[list,
 def Conv(n: Node, x: Tensor, W: Tensor, B: Tensor | None = None) -> Tensor:
     """Convolution over 1, 2, 3 or more spatial axes with ``group``, ``dilations``, ``strides``,
     ``pads``/``auto_pad``."""
-    kernel, strides, dilations, pads, group = _conv_checks(n, x, W, B)
-    if len(kernel) == 1:
-        return ops.conv1d(x, W, B, strides[0], (pads[0], pads[1]), dilations[0], group)
-    if len(kernel) != 2:
-        k = len(kernel)
-        return ops.conv_nd(x, W, B, tuple(strides), list(zip(pads[:k], pads[k:])), tuple(dilations), group)
-    (t, b), (left, r) = onnx_pads_to_pairs(pads)
-    return ops.conv2d(x, W, B, tuple(strides), (t, b, left, r), tuple(dilations), group)
+    _, strides, dilations, pads, group = _conv_checks(n, x, W, B)
+    return ops.conv_nd(x, W, B, tuple(strides), window.onnx_pairs(pads), tuple(dilations), group)
 
 
 class PackedConv:
@@ -146,10 +139,9 @@ class PackedConv:
     def __call__(self, n: Node, x: Tensor, W: Tensor, B: Tensor | None = None) -> Tensor:
         if B is not None and x.ndim() == 4 and W.ndim() == 4:
             _, strides, dilations, pads, group = _conv_checks(n, x, W, B)
-            (t, b), (left, r) = onnx_pads_to_pairs(pads)
             y = conv_infer.conv2d_one_image(
-                x.device.xp, x.data, W.data, B.data, self.Wb, tuple(strides), (t, b, left, r),
-                tuple(dilations), group,
+                x.device.xp, x.data, W.data, B.data, self.Wb, tuple(strides),
+                window.flat(window.onnx_pairs(pads)), tuple(dilations), group,
             )  # fmt: skip
             if y is not None:
                 return Tensor._wrap(y, x.device, False, None, 0)
@@ -183,11 +175,9 @@ def ConvTranspose(n: Node, x: Tensor, W: Tensor, B: Tensor | None = None) -> Ten
     target = n.attr("output_shape")
     if target is not None or auto in ("SAME_UPPER", "SAME_LOWER"):
         # ONNX: total padding = full + output_padding - output_shape, split by auto_pad.
-        target = [i * s for i, s in zip(x.shape[2:], strides)] if target is None else list(target)[-nk:]
-        total = [f + op - t for f, op, t in zip(full, out_pad, target)]
-        upper = auto == "SAME_UPPER"
-        begins = [t // 2 if upper else t - t // 2 for t in total]
-        pads = begins + [t - b for t, b in zip(total, begins)]
+        target = None if target is None else list(target)[-nk:]
+        geo = (x.shape[2:], k, strides, dilations, out_pad, target, auto)
+        pads = window.to_onnx(window.transpose_pads(*geo))
     elif auto == "VALID":
         pads = [0] * 2 * nk
     else:
@@ -244,21 +234,9 @@ def _conv_transpose(
     dilations: list,
     group: int,
 ) -> Tensor:
-    """ONNX-ordered ``pads`` (begins, then ends): the 2-D op for 1-D and 2-D, the N-D op beyond."""
-    nk = len(strides)
-    if nk > 2:
-        pairs = list(zip(pads[:nk], pads[nk:]))
-        return ops.conv_transpose_nd(x, W, B, tuple(strides), pairs, tuple(out_pad), tuple(dilations), group)
-    if nk == 1:  # as a 2-D transposed conv of height 1
-        y = _conv_transpose(
-            ops.unsqueeze(x, 2), ops.unsqueeze(W, 2), B, [1, *strides], [0, pads[0], 0, pads[1]],
-            [0, *out_pad], [1, *dilations], group,
-        )  # fmt: skip
-        return ops.squeeze(y, 2)
-    (t, b), (left, r) = onnx_pads_to_pairs(pads)
-    return ops.conv_transpose2d(
-        x, W, B, tuple(strides), (t, b, left, r), tuple(out_pad), tuple(dilations), group
-    )
+    """ONNX-ordered ``pads`` (begins, then ends), any rank: the engine's transposed conv."""
+    pairs = window.onnx_pairs(pads)
+    return ops.conv_transpose_nd(x, W, B, tuple(strides), pairs, tuple(out_pad), tuple(dilations), group)
 
 
 # -- pooling -------------------------------------------------------------------------------------
@@ -268,7 +246,7 @@ def _pool_args(n: Node, x: Tensor) -> tuple:
     out = _window_out(n, x, kernel, strides, dilations, pads)
     n.check_size([*x.shape[:2], *(o + 1 for o in out)], x.dtype)  # ceil_mode adds at most one
     # singa_lite's pools take per-axis (begin, end) pairs, interleaved.
-    pairs = [p for pair in onnx_pads_to_pairs(pads) for p in pair]
+    pairs = list(window.flat(window.onnx_pairs(pads)))
     return kernel, strides, pairs, dilations, bool(n.attr("ceil_mode", 0))
 
 

@@ -15,6 +15,7 @@ from onnx import helper
 
 from singa_lite import ops
 from singa_lite.errors import SingaLiteError
+from singa_lite.ops import window
 from singa_lite.sonnx.import_ops.base import Node, window_pads
 from singa_lite.tensor import Tensor
 
@@ -121,12 +122,8 @@ def _geometry(n: Node, x: Tensor, W: Tensor) -> tuple[list[int], list[tuple[int,
         raise n.fail(
             f"group = {group} does not fit an input of shape {x.shape} and a weight of shape {W.shape}"
         )
-    pads = window_pads(n, x, kernel, strides, dilations)
-    pairs = list(zip(pads[:k], pads[k:]))
-    out = [
-        (size + b + e - d * (kk - 1) - 1) // s + 1
-        for size, (b, e), kk, s, d in zip(x.shape[2:], pairs, kernel, strides, dilations)
-    ]
+    pairs = list(window.onnx_pairs(window_pads(n, x, kernel, strides, dilations)))
+    out = window.out_size(x.shape[2:], kernel, strides, pairs, dilations)
     n.check_size([x.shape[0], W.shape[0], *out], np.float64, "float64 accumulator")
     return strides, pairs, dilations, group
 

@@ -1,0 +1,277 @@
+"""``DirectOps``: the inference pass that runs common nodes' operators on the arrays directly.
+
+A streaming model's nodes work on tensors of a few hundred elements, where calling an op costs
+more than its arithmetic: the ``Operator`` is built and checks its arguments (a Slice's starts,
+a Reshape's shape, parsed again at every run), the call checks devices and dtypes, and wraps
+the result for autograd. An inference program records nothing, so here each such node gets a
+handler holding its operator, built once from the node's attributes and constant arguments;
+a run calls the operator's own ``forward`` on the input arrays (the same code, so the same
+results and errors) and wraps the result as the fused handlers of
+:mod:`~singa_lite.sonnx.fusion` do. Where the per-shape part of the arguments (a Slice's
+Python slices, a Reshape's target) depends on the input's shape, it is kept for the last shape.
+
+Anything the handler was not built for (a dtype the operator refuses, a sequence, an
+argument that is not a constant) runs the node's own handler, which also says what is wrong.
+Like every pass it serves ``SingaRep``'s whole-graph runs only: a ``SONNXModel``, a cut and
+``prepare(..., optimize=False)`` call the ops as the handlers do.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from singa_lite import backend
+from singa_lite.autograd import Operator
+from singa_lite.errors import SingaLiteError
+from singa_lite.ops import activation, conv_infer, elementwise, indexing, linalg
+from singa_lite.ops import shape as shape_ops
+from singa_lite.sonnx.import_ops import HANDLERS, nn
+from singa_lite.sonnx.import_ops.base import Node
+from singa_lite.tensor import Tensor
+
+if TYPE_CHECKING:
+    from singa_lite.sonnx.importer import Program
+
+
+class _Direct:
+    """A node run as ``forward`` of an operator on the arrays of its first ``arity`` inputs
+    (all where ``None``; the others are the constant arguments the operator was built with).
+    ``make()`` gives the operator: a new one per call for those whose ``forward`` answers with
+    state it keeps (a Sigmoid's ``self.y``), so that threads running one program do not mix
+    their results; one built in advance otherwise. ``floats``: only where those inputs are
+    float tensors of one dtype (otherwise, and for anything that is not a tensor, ``fn``)."""
+
+    def __init__(
+        self, fn: Callable, make: Callable[[], Operator], floats: bool = True, arity: int | None = None
+    ) -> None:
+        self.fn, self.make, self.floats, self.arity = fn, make, floats, arity
+
+    def __call__(self, node: Node, *args: Any) -> Any:
+        first = args[0]
+        if type(first) is not Tensor:
+            return self.fn(node, *args)
+        dtype = first.data.dtype
+        xs = args if self.arity is None else args[: self.arity]
+        for a in xs:
+            if type(a) is not Tensor or (self.floats and a.data.dtype != dtype):
+                return self.fn(node, *args)
+        if self.floats and dtype.kind != "f":
+            return self.fn(node, *args)
+        dev = first.device
+        dev.activate()
+        op = self.make()
+        xp = op.xp = dev.xp
+        op.device = dev
+        y = op.forward(*[a.data for a in xs])
+        if not isinstance(y, xp.ndarray):  # NumPy answers 0-d arithmetic with a scalar
+            y = xp.asarray(y)
+        return Tensor._wrap(y, dev, False, None, 0)
+
+
+def _built(op: Operator) -> Callable[[], Operator]:
+    """``op`` itself at every call: for operators whose ``forward`` keeps no state it answers with."""
+    return lambda: op
+
+
+class _Sliced(_Direct):
+    """A Slice of constant arguments: its Python slices kept for the last input shape."""
+
+    def __init__(self, fn: Callable, op: indexing.Slice) -> None:
+        super().__init__(fn, _built(op), floats=False)
+        self.op = op
+        self.last: tuple = (None, ())  # (input shape, its slices), replaced as one
+
+    def __call__(self, node: Node, x: Any, *rest: Any) -> Any:
+        if type(x) is not Tensor:
+            return self.fn(node, x, *rest)
+        a = x.data
+        shape, key = self.last
+        if a.shape != shape:
+            try:
+                key = self.op.key(a)
+            except SingaLiteError:
+                return self.fn(node, x, *rest)  # its error, named by the node
+            self.last = (a.shape, key)
+        return Tensor._wrap(a[key], x.device, False, None, 0)
+
+
+class _Reshaped(_Direct):
+    """A Reshape to a constant shape: the target (0s and -1 resolved) kept for the last input shape."""
+
+    def __init__(self, fn: Callable, shape: list[int], allowzero: bool) -> None:
+        super().__init__(fn, shape_ops.Reshape, floats=False)
+        self.wanted, self.allowzero = shape, allowzero
+        self.last: tuple = (None, ())  # (input shape, target shape), replaced as one
+
+    def __call__(self, node: Node, x: Any, *rest: Any) -> Any:
+        if type(x) is not Tensor:
+            return self.fn(node, x, *rest)
+        a = x.data
+        shape, target = self.last
+        if a.shape != shape:
+            try:
+                wanted = self.wanted
+                if not self.allowzero:
+                    wanted = [a.shape[i] if s == 0 else s for i, s in enumerate(wanted)]
+                target = tuple(shape_ops.Reshape(wanted).target(a))
+            except Exception:  # an IndexError, a ShapeError: the handler says it, naming the node
+                return self.fn(node, x, *rest)
+            self.last = (a.shape, target)
+        return Tensor._wrap(a.reshape(target), x.device, False, None, 0)
+
+
+class _Transposed(_Direct):
+    """A Transpose: its permutation kept for the last input rank."""
+
+    def __init__(self, fn: Callable, perm: list[int] | None) -> None:
+        super().__init__(fn, shape_ops.Transpose, floats=False)
+        self.op = shape_ops.Transpose(perm)
+        self.last: tuple = (None, ())  # (input rank, permutation), replaced as one
+
+    def __call__(self, node: Node, x: Any) -> Any:
+        if type(x) is not Tensor:
+            return self.fn(node, x)
+        a = x.data
+        ndim, perm = self.last
+        if a.ndim != ndim:
+            axes = self.op.axes
+            n = a.ndim
+            perm = tuple(range(n))[::-1] if axes is None else tuple(i + n if i < 0 else i for i in axes)
+            if sorted(perm) != list(range(a.ndim)):
+                return self.fn(node, x)  # the operator's error, named by the node
+            self.last = (a.ndim, perm)
+        return Tensor._wrap(a.transpose(perm), x.device, False, None, 0)
+
+
+class _Concatenated(_Direct):
+    """A Concat of tensors: its size checked against the limits, as the handler does."""
+
+    def __call__(self, node: Node, *xs: Any) -> Any:
+        if any(type(x) is not Tensor for x in xs) or not xs:
+            return self.fn(node, *xs)
+        node.check_size((sum(x.data.size for x in xs),), max(x.data.dtype.itemsize for x in xs))
+        return super().__call__(node, *xs)
+
+
+class _Conv1d:
+    """A 1-D Conv of constant weight and bias on one sequence (a streaming frame): run as the
+    2-D conv of height 1 that ``PackedConv`` runs, the bias packed into the weight once. The
+    node's checks (``Conv``'s, which also name what is wrong) depend on the input's shape and
+    dtype alone: they run for the first input and again only when those change. Batches,
+    other dtypes and depthwise convs run ``Conv``."""
+
+    def __init__(self, fn: Callable, W: Tensor, B: Tensor, group: int) -> None:
+        xp = W.device.xp
+        self.fn, self.W, self.B, self.group = fn, W, B, group
+        self.W4 = W.data.reshape(*W.shape[:2], 1, W.shape[2])
+        self.Wb = conv_infer.one_image_weight(xp, self.W4, B.data, group)
+        self.last: tuple = (None, ())  # ((input shape, dtype), geometry), replaced as one
+
+    def __call__(self, node: Node, x: Any, W: Any, B: Any = None) -> Any:
+        if type(x) is not Tensor or W is not self.W or B is not self.B or x.data.ndim != 3:
+            return self.fn(node, x, W, B)
+        a = x.data
+        checked, geometry = self.last
+        if (a.shape, a.dtype) != checked:
+            _, strides, dilations, pads, group = nn._conv_checks(node, x, W, B)
+            geometry = ((1, strides[0]), (0, 0, pads[0], pads[1]), (1, dilations[0]), group)
+            self.last = ((a.shape, a.dtype), geometry)
+        y = conv_infer.conv2d_one_image(
+            x.device.xp, a.reshape(a.shape[0], a.shape[1], 1, a.shape[2]), self.W4, self.B.data, self.Wb,
+            *geometry,
+        )  # fmt: skip
+        if y is None:  # a batch, a depthwise conv, another dtype
+            return self.fn(node, x, W, B)
+        return Tensor._wrap(y.reshape(y.shape[0], y.shape[1], y.shape[3]), x.device, False, None, 0)
+
+
+_ELEMENTWISE: dict[str, Callable[[], Operator]] = {
+    "Add": elementwise.Add,
+    "Sub": elementwise.Sub,
+    "Mul": elementwise.Mul,
+    "Div": elementwise.Div,
+    "Relu": activation.ReLU,
+    "Sigmoid": activation.Sigmoid,
+    "Tanh": activation.Tanh,
+    "MatMul": linalg.MatMul,
+}
+
+
+class DirectOps:
+    """Nodes whose operator can be built once run it on their arrays (see the module docstring):
+    Add, Sub, Mul, Div, Relu, Sigmoid, Tanh and MatMul on floats; Transpose; Slice, Reshape,
+    Squeeze and Unsqueeze with constant arguments; Concat; 1-D Conv of a constant weight and
+    bias on one sequence."""
+
+    name = "direct_ops"
+
+    def run(self, program: Program) -> None:
+        for k, node in enumerate(program.nodes):
+            fn = program.handlers[k]
+            if program.folded[k] or fn is not HANDLERS.get(node.op):
+                continue
+            try:
+                direct = self._direct(program, node, fn)
+            except Exception:  # arguments the op refuses: the handler says so at run time
+                direct = None
+            if direct is not None:
+                program.handlers[k] = direct
+
+    @staticmethod
+    def _direct(program: Program, node: Node, fn: Callable) -> Callable | None:
+        op = node.op
+        if op in _ELEMENTWISE and node.n_outputs == 1:
+            return _Direct(fn, _ELEMENTWISE[op])
+        if op == "Transpose":
+            perm = node.attr("perm")
+            return _Transposed(fn, None if perm is None else list(perm))
+        if op == "Conv" and len(node.inputs) == 3:
+            W, B = (program.constants.get(name) for name in node.inputs[1:])
+            group = node.attr("group", 1)
+            if (
+                isinstance(W, Tensor)
+                and isinstance(B, Tensor)
+                and W.ndim() == 3
+                and W.dtype == B.dtype
+                and W.dtype.kind == "f"
+                and isinstance(group, int)
+                and group >= 1
+                and W.shape[0] % group == 0
+                and tuple(B.shape) == (W.shape[0],)
+            ):
+                return _Conv1d(fn, W, B, group)
+            return None
+        if op == "Concat" and "axis" in node.attrs:
+            return _Concatenated(fn, _built(shape_ops.Cat(node.attr("axis"))), floats=False)
+        # Arguments that became inputs (Slice at opset 10, Reshape at 5, (Un)squeeze at 13):
+        # only constant ones are built in; older nodes keep them as attributes, left to the handler.
+        since = {"Slice": 10, "Reshape": 5, "Unsqueeze": 13, "Squeeze": 13}.get(op)
+        args = _constant_ints(program, node.inputs[1:]) if since and node.opset >= since else None
+        if args is None:
+            return None
+        if op == "Slice" and len(args) >= 2 and args[0] is not None and args[1] is not None:
+            axes, steps = (args[i] if len(args) > i else None for i in (2, 3))
+            return _Sliced(fn, indexing.Slice(args[0], args[1], axes, steps))
+        if op == "Reshape" and len(args) == 1 and args[0] is not None:
+            return _Reshaped(fn, args[0], bool(node.attr("allowzero", 0)))
+        if op == "Unsqueeze" and len(args) == 1 and args[0] is not None:
+            return _Direct(fn, _built(shape_ops.Unsqueeze(args[0])), False, 1)
+        if op == "Squeeze" and len(args) <= 1:
+            return _Direct(fn, _built(shape_ops.Squeeze(args[0] if args else None)), False, 1)
+        return None
+
+
+def _constant_ints(program: Program, names: list[str]) -> list[list[int] | None] | None:
+    """The values of the constant integer inputs ``names`` (``None`` for an omitted one), or
+    ``None`` where one is not a constant integer tensor."""
+    out: list[list[int] | None] = []
+    for name in names:
+        if not name:
+            out.append(None)
+            continue
+        t = program.constants.get(name)
+        if not isinstance(t, Tensor) or t.dtype.kind not in "iu":
+            return None
+        out.append([int(v) for v in backend.to_host(t.data).reshape(-1)])
+    return out
