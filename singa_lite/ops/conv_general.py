@@ -105,9 +105,9 @@ class _ConvEngine(Operator):
         xp, g = self.xp, self.group
         grad = self.backward_follows or bool(self.needs_grad)
         depthwise = not self.transposed and W.shape[1] == 1 and g > 1
-        kernels = depthwise and grad and kernels_take(xp, x, W)
+        kernels = depthwise and kernels_take(xp, x, W)
         self.strategy = select(
-            self.n, x.shape, W.shape, g, x.dtype, xp.__name__, grad, self.transposed, kernels
+            self.n, x.shape, W.shape, g, x.dtype, xp.__name__, grad, self.transposed, kernels, positions
         )
         self.has_bias = b is not None
         if self.strategy not in IMAGE:

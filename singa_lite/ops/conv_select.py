@@ -29,6 +29,12 @@ IMAGE = ("one_image", "depthwise_infer", "depthwise", "depthwise_kernel", "block
 """The strategies that run on ``(N, C, H, W)`` images (a 1-D input gets a unit height)."""
 STRATEGIES = (*IMAGE, "columns", "columns_transpose")
 
+KERNEL_INFER_MIN_PLANE = 784
+"""Smallest output plane (28x28) on which depthwise inference takes the compiled loops over the
+einsum. Measured on MobileNetV2's 3x3 depthwise convs at batch 1, one thread: the loops take
+0.31x the einsum's time at 112x112, 0.5-0.9x from 56x56 to 28x28, but 1.2-2.5x at 14x14 and
+7x7, where the einsum's one pass over many channels wins over per-plane loops."""
+
 
 def select(
     rank: int,
@@ -40,11 +46,14 @@ def select(
     grad: bool,
     transposed: bool = False,
     kernels: bool = False,
+    out_size: Sequence[int] = (),
 ) -> str:
     """The strategy (one of ``STRATEGIES``) for a convolution of ``x_shape`` by ``w_shape`` over
     ``rank`` spatial axes with ``group`` groups; ``backend`` is the array module's name
     (``"numpy"``, ``"cupy"``), ``grad`` whether a backward will follow, ``kernels`` whether the
-    compiled CPU kernels take arrays of this ``dtype`` (``cpu_kernels.usable``).
+    compiled CPU kernels take arrays of this ``dtype`` (``cpu_kernels.usable``), ``out_size``
+    the output's spatial size where known (it decides depthwise inference: see
+    ``KERNEL_INFER_MIN_PLANE``).
 
     >>> select(2, (1, 8, 9, 9), (16, 8, 3, 3), 1, "float32", "numpy", grad=False)
     'one_image'
@@ -60,7 +69,9 @@ def select(
     depthwise = w_shape[1] == 1 and group > 1
     if depthwise:
         # The compiled loops read the input once per output row; only the host has them.
-        if grad and kernels and backend == "numpy" and str(dtype) in ("float32", "float64"):
+        host = kernels and backend == "numpy" and str(dtype) in ("float32", "float64")
+        large = len(out_size) == 2 and out_size[0] * out_size[1] >= KERNEL_INFER_MIN_PLANE
+        if host and (grad or large):
             return "depthwise_kernel"
         return "depthwise" if grad else "depthwise_infer"
     if not grad and x_shape[0] == 1:

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import numpy as np
 
 from singa_lite import backend, ops
+from singa_lite.backend import cpu_kernels
 from singa_lite.errors import OnnxError, SingaLiteError
 from singa_lite.ops import activation
 from singa_lite.sonnx.direct import DirectOps
@@ -739,14 +740,17 @@ class _Chain:
 
 
 class _SiLU(_Chain):
-    """``x * sigmoid(x)``, one pass for the sigmoid and one in place for the product."""
+    """``x * sigmoid(x)``: one compiled pass where the CPU kernels take ``x``, else one pass
+    for the sigmoid and one in place for the product."""
 
     def __call__(self, node: Node, x: Tensor) -> Tensor:
         if x.dtype.kind != "f":
             return self._unfused(x)
-        xp = x.device.xp
-        y = activation.sigmoid_array(xp, x.data)
-        xp.multiply(y, x.data, out=y)
+        xp, a = x.device.xp, x.data
+        if cpu_kernels.usable(xp, a):
+            return Tensor._wrap(cpu_kernels.activation.silu_forward(a), x.device, False, None, 0)
+        y = activation.sigmoid_array(xp, a)
+        xp.multiply(y, a, out=y)
         return Tensor._wrap(y, x.device, False, None, 0)
 
 
@@ -761,17 +765,28 @@ class _HardSwish(_Chain):
     def __call__(self, node: Node, x: Tensor) -> Tensor:
         if x.dtype.kind != "f":
             return self._unfused(x)
+        if cpu_kernels.usable(x.device.xp, x.data):  # one pass, the same roundings
+            y = cpu_kernels.activation.hardswish_forward(x.data, self.alpha, self.beta)
+            return Tensor._wrap(y, x.device, False, None, 0)
         if self.plain:
             return ops.hardswish(x)
         return ops.mul(x, ops.hardsigmoid(x, self.alpha, self.beta))
 
 
 class _AddRelu(_Chain):
-    """``relu(a + b)``: the sum's handler (plain or in place), then the ReLU in place on its
-    fresh result."""
+    """``relu(a + b)``: one compiled pass where the CPU kernels take two arrays of one shape
+    (into the input an in-place Add would have written, else a new array); otherwise the
+    sum's handler (plain or in place), then the ReLU in place on its fresh result."""
 
     def __call__(self, node: Node, a: Tensor, b: Tensor) -> Tensor:
         (add, add_fn), (relu, relu_fn) = self.steps
+        xp = a.device.xp
+        if a.shape == b.shape and cpu_kernels.usable(xp, a.data, b.data):
+            into = (a, b)[add_fn.slot] if isinstance(add_fn, _InPlaceHandler) else None
+            y = cpu_kernels.activation.add_relu_forward(a.data, b.data, None if into is None else into.data)
+            if into is not None and y is into.data:
+                return into
+            return Tensor._wrap(y, a.device, False, None, 0)
         y = add_fn(add, a, b)  # a new array, or (in place) an input only this node reads
         if y.dtype.kind != "f":
             return relu_fn(relu, y)

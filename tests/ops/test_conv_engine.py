@@ -152,6 +152,14 @@ def _select(rank=2, x=(4, 8, 9, 9), w=(16, 8, 3, 3), group=1, dtype="float32", b
         (dict(w=(8, 1, 3, 3), group=8, kernels=True, backend="cupy"), "depthwise"),
         (dict(w=(8, 1, 3, 3), group=8, kernels=True, dtype="float16"), "depthwise"),
         (dict(w=(8, 1, 3, 3), group=8, kernels=True, grad=False), "depthwise_infer"),
+        # inference on large planes takes the compiled loops, on small ones the einsum
+        (dict(w=(8, 1, 3, 3), group=8, kernels=True, grad=False, out_size=(28, 28)), "depthwise_kernel"),
+        (dict(w=(8, 1, 3, 3), group=8, kernels=True, grad=False, out_size=(27, 28)), "depthwise_infer"),
+        (dict(w=(8, 1, 3, 3), group=8, kernels=False, grad=False, out_size=(56, 56)), "depthwise_infer"),
+        (
+            dict(w=(8, 1, 3, 3), group=8, kernels=True, grad=False, out_size=(56, 56), backend="cupy"),
+            "depthwise_infer",
+        ),
         (dict(w=(8, 2, 3, 3), group=4, grad=True), "blocks"),  # grouped, not depthwise
         (dict(w=(8, 1, 3, 3), group=1, x=(4, 1, 9, 9)), "blocks"),  # one channel, one group
         (dict(rank=1, x=(4, 8, 9), w=(16, 8, 3)), "blocks"),

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from singa_lite import autograd, tensor
 from singa_lite.backend import cpu_kernels
-from singa_lite.ops import depthwise
+from singa_lite.ops import conv, depthwise
 from singa_lite.ops.conv import conv_output_size
 from singa_lite.ops.conv_blocks import Geometry2d
 
@@ -123,6 +123,24 @@ def test_shufflenet_sizes_float32():
         y = depthwise.depthwise_conv(np, x, w, b, (1, 1, 1, 1), (s, s), (1, 1), (Ho, Ho))
         assert y.dtype == np.float32
         np.testing.assert_allclose(y, _reference(x, w, b, (s, s), (1, 1, 1, 1), (1, 1)), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.skipif(not cpu_kernels.usable(np, np.zeros(1)), reason="compiled CPU kernels off or no Numba")
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize(
+    ("H", "stride", "strategy"),
+    [(28, 1, "depthwise_kernel"), (56, 2, "depthwise_kernel"), (14, 1, "depthwise_infer")],
+)
+def test_inference_on_large_planes_takes_the_kernels(H, stride, strategy, dtype):
+    """Depthwise inference runs the compiled loops from a 28x28 output plane up
+    (``conv_select.KERNEL_INFER_MIN_PLANE``), the einsum below; both equal the reference."""
+    x, w, b = _rand((1, 8, H, H), dtype, 9), _rand((16, 1, 3, 3), dtype, 10), _rand((16,), dtype, 11)
+    op = conv.Conv2d(stride=stride, padding=1, group=8)
+    y = op(*(tensor.Tensor(data=a, requires_grad=False) for a in (x, w, b)))[0]
+    assert op.strategy == strategy
+    tol = 1e-5 if dtype == np.float32 else 1e-12
+    want = _reference(x, w, b, (stride, stride), (1, 1, 1, 1), (1, 1))
+    np.testing.assert_allclose(tensor.to_numpy(y), want, rtol=tol, atol=tol)
 
 
 @pytest.mark.skipif(not cpu_kernels.usable(np, np.zeros(1)), reason="compiled CPU kernels off or no Numba")

@@ -116,7 +116,12 @@ def _conv_checks(n: Node, x: Tensor, W: Tensor, B: Tensor | None) -> tuple[list,
 def Conv(n: Node, x: Tensor, W: Tensor, B: Tensor | None = None) -> Tensor:
     """Convolution over 1, 2, 3 or more spatial axes with ``group``, ``dilations``, ``strides``,
     ``pads``/``auto_pad``."""
-    _, strides, dilations, pads, group = _conv_checks(n, x, W, B)
+    return _conv(x, W, B, _conv_checks(n, x, W, B))
+
+
+def _conv(x: Tensor, W: Tensor, B: Tensor | None, checked: tuple) -> Tensor:
+    """The convolution of checked inputs; ``checked`` is what ``_conv_checks`` returned."""
+    _, strides, dilations, pads, group = checked
     return ops.conv_nd(x, W, B, tuple(strides), window.onnx_pairs(pads), tuple(dilations), group)
 
 
@@ -129,6 +134,9 @@ class PackedConv:
     def __init__(self, W: Tensor, B: Tensor, group: int) -> None:
         xp = W.device.xp
         self.Wb = conv_infer.one_image_weight(xp, W.data, B.data, group)
+        # _conv_checks' answer per input shape and dtype (the weight and bias are constants):
+        # the checks and the geometry they work out cost ~90 us a node, a run repeats them.
+        self.checked: dict[tuple, tuple] = {}
 
     @staticmethod
     def fits(W: Tensor, B: Tensor, group: int) -> bool:
@@ -137,15 +145,21 @@ class PackedConv:
         return W.ndim() == 4 and group >= 1 and W.shape[0] % group == 0 and tuple(B.shape) == (W.shape[0],)
 
     def __call__(self, n: Node, x: Tensor, W: Tensor, B: Tensor | None = None) -> Tensor:
-        if B is not None and x.ndim() == 4 and W.ndim() == 4:
-            _, strides, dilations, pads, group = _conv_checks(n, x, W, B)
-            y = conv_infer.conv2d_one_image(
-                x.device.xp, x.data, W.data, B.data, self.Wb, tuple(strides),
-                window.flat(window.onnx_pairs(pads)), tuple(dilations), group,
-            )  # fmt: skip
-            if y is not None:
-                return Tensor._wrap(y, x.device, False, None, 0)
-        return Conv(n, x, W, B)
+        if B is None or x.ndim() != 4 or W.ndim() != 4:
+            return Conv(n, x, W, B)
+        key = (x.shape, x.dtype, W.shape, B.shape)
+        checked = self.checked.get(key)
+        if checked is None:
+            if len(self.checked) >= 8:  # inputs of ever new shapes: keep a few
+                self.checked.clear()
+            checked = _conv_checks(n, x, W, B)
+            _, strides, dilations, pads, group = checked
+            geometry = (tuple(strides), window.flat(window.onnx_pairs(pads)), tuple(dilations), group)
+            checked = self.checked[key] = (*checked, geometry)
+        y = conv_infer.conv2d_one_image(x.device.xp, x.data, W.data, B.data, self.Wb, *checked[5])
+        if y is not None:
+            return Tensor._wrap(y, x.device, False, None, 0)
+        return _conv(x, W, B, checked[:5])
 
 
 def ConvTranspose(n: Node, x: Tensor, W: Tensor, B: Tensor | None = None) -> Tensor:
