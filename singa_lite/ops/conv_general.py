@@ -29,6 +29,7 @@ from singa_lite.ops import window
 from singa_lite.ops.conv_blocks import BlockedGemm, Geometry2d, TransposeGemm
 from singa_lite.ops.conv_columns import ColumnsConv, ColumnsTranspose, GeometryNd
 from singa_lite.ops.conv_infer import OneImage
+from singa_lite.ops.conv_pointwise import Pointwise
 from singa_lite.ops.conv_select import IMAGE, select
 from singa_lite.ops.depthwise import Depthwise, DepthwiseInfer, kernels_take
 from singa_lite.tensor import Tensor
@@ -40,6 +41,7 @@ _PLANS: dict[str, Any] = {
     "depthwise_infer": DepthwiseInfer,
     "depthwise": Depthwise,
     "depthwise_kernel": lambda xp, geo: Depthwise(xp, geo, compiled=True),
+    "pointwise": Pointwise,
     "blocks": BlockedGemm,
     "columns": ColumnsConv,
 }
@@ -106,9 +108,14 @@ class _ConvEngine(Operator):
         grad = self.backward_follows or bool(self.needs_grad)
         depthwise = not self.transposed and W.shape[1] == 1 and g > 1
         kernels = depthwise and kernels_take(xp, x, W)
-        self.strategy = select(
-            self.n, x.shape, W.shape, g, x.dtype, xp.__name__, grad, self.transposed, kernels, positions
+        pointwise = (
+            not self.transposed
+            and all(k == 1 for k in W.shape[2:])
+            and all(s == 1 for s in self.stride)
+            and not any(pb or pe for pb, pe in self.pads)
         )
+        shapes = (self.n, x.shape, W.shape, g, x.dtype, xp.__name__)
+        self.strategy = select(*shapes, grad, self.transposed, kernels, positions, pointwise)
         self.has_bias = b is not None
         if self.strategy not in IMAGE:
             geo = GeometryNd(W.shape[2:], self.stride, self.dilation, self.pads, positions, g)

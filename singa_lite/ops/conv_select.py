@@ -10,6 +10,8 @@ the arrays, and runs the strategy it names:
   (``ops.depthwise``);
 * ``depthwise``: depthwise with a backward, the tap loop (``ops.depthwise``);
 * ``depthwise_kernel``: the same by the compiled CPU kernels (``backend/cpu_kernels/conv.py``);
+* ``pointwise``: a 1x1 kernel at stride 1, unpadded, one group: per-image products in NCHW
+  (``ops.conv_pointwise``);
 * ``blocks``: blocked im2col + GEMM, col2im or a conv of ``dy`` back (``ops.conv_blocks``);
 * ``blocks_transpose``: 2-D transposed conv, a GEMM into columns and col2im (``ops.conv_blocks``);
 * ``columns`` / ``columns_transpose``: any rank, one column matrix and a batched GEMM
@@ -25,7 +27,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-IMAGE = ("one_image", "depthwise_infer", "depthwise", "depthwise_kernel", "blocks", "blocks_transpose")
+IMAGE = (
+    "one_image", "depthwise_infer", "depthwise", "depthwise_kernel", "pointwise",
+    "blocks", "blocks_transpose",
+)  # fmt: skip
 """The strategies that run on ``(N, C, H, W)`` images (a 1-D input gets a unit height)."""
 STRATEGIES = (*IMAGE, "columns", "columns_transpose")
 
@@ -47,13 +52,15 @@ def select(
     transposed: bool = False,
     kernels: bool = False,
     out_size: Sequence[int] = (),
+    pointwise: bool = False,
 ) -> str:
     """The strategy (one of ``STRATEGIES``) for a convolution of ``x_shape`` by ``w_shape`` over
     ``rank`` spatial axes with ``group`` groups; ``backend`` is the array module's name
     (``"numpy"``, ``"cupy"``), ``grad`` whether a backward will follow, ``kernels`` whether the
     compiled CPU kernels take arrays of this ``dtype`` (``cpu_kernels.usable``), ``out_size``
     the output's spatial size where known (it decides depthwise inference: see
-    ``KERNEL_INFER_MIN_PLANE``).
+    ``KERNEL_INFER_MIN_PLANE``), ``pointwise`` whether the kernel is 1x1 at stride 1 with no
+    padding.
 
     >>> select(2, (1, 8, 9, 9), (16, 8, 3, 3), 1, "float32", "numpy", grad=False)
     'one_image'
@@ -76,4 +83,6 @@ def select(
         return "depthwise" if grad else "depthwise_infer"
     if not grad and x_shape[0] == 1:
         return "one_image"
+    if pointwise and group == 1:
+        return "pointwise"
     return "blocks"

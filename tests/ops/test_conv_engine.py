@@ -13,6 +13,8 @@ from hypothesis import strategies as st
 
 from singa_lite import autograd, ops, tensor
 from singa_lite.ops import conv_select
+from singa_lite.ops.conv_blocks import BlockedGemm, Geometry2d
+from singa_lite.ops.conv_pointwise import Pointwise
 
 PACKAGE = pathlib.Path(__file__).resolve().parents[2] / "singa_lite"
 
@@ -161,6 +163,11 @@ def _select(rank=2, x=(4, 8, 9, 9), w=(16, 8, 3, 3), group=1, dtype="float32", b
             "depthwise_infer",
         ),
         (dict(w=(8, 2, 3, 3), group=4, grad=True), "blocks"),  # grouped, not depthwise
+        (dict(w=(16, 8, 1, 1), pointwise=True), "pointwise"),
+        (dict(w=(16, 8, 1, 1), pointwise=True, grad=False), "pointwise"),  # a batch
+        (dict(x=(1, 8, 9, 9), w=(16, 8, 1, 1), pointwise=True, grad=False), "one_image"),
+        (dict(w=(16, 4, 1, 1), group=2, pointwise=True), "blocks"),  # grouped: the batched GEMM
+        (dict(rank=1, x=(4, 8, 9), w=(16, 8, 1), pointwise=True), "pointwise"),
         (dict(w=(8, 1, 3, 3), group=1, x=(4, 1, 9, 9)), "blocks"),  # one channel, one group
         (dict(rank=1, x=(4, 8, 9), w=(16, 8, 3)), "blocks"),
         (dict(rank=1, x=(1, 8, 9), w=(16, 8, 3), grad=False), "one_image"),
@@ -244,3 +251,63 @@ def test_every_rank_runs_through_one_family(x_shape, w_shape, group, want, recor
     for fixed in (ops.Conv2d(), ops.Conv1d()):
         assert isinstance(fixed, ops.ConvNd)
     assert isinstance(ops.ConvTranspose2d(), ops.ConvTransposeNd)
+
+
+# -- the pointwise strategy -------------------------------------------------------------------------
+@settings(max_examples=60, deadline=None)
+@given(
+    n=st.integers(0, 3),
+    c=st.integers(1, 6),
+    o=st.integers(1, 6),
+    hw=st.tuples(st.integers(1, 6), st.integers(1, 6)),
+    bias=st.booleans(),
+    channels_last=st.booleans(),
+    dtype=st.sampled_from([np.float32, np.float64]),
+)
+def test_pointwise_equals_the_blocked_gemm(n, c, o, hw, bias, channels_last, dtype) -> None:
+    """``pointwise`` (per-image products in NCHW) gives what the blocked im2col GEMM gives, forward
+    and both gradients, on contiguous and channels-last inputs and empty batches."""
+    x = _rand((n, *hw, c), 3).astype(dtype).transpose(0, 3, 1, 2)
+    if not channels_last:
+        x = np.ascontiguousarray(x)
+    w, b = _rand((o, c, 1, 1), 4).astype(dtype), _rand((o,), 5).astype(dtype) if bias else None
+    dy = _rand((n, o, *hw), 6).astype(dtype)
+    geo = Geometry2d((1, 1), (1, 1), (1, 1), (0, 0, 0, 0), hw, 1)
+    want_plan, got_plan = BlockedGemm(np, geo), Pointwise(np, geo)
+    tol = 1e-5 if dtype == np.float32 else 1e-12
+    y, want = got_plan.forward(x, w, b), want_plan.forward(x, w, b)
+    assert y.shape == want.shape and y.dtype == dtype
+    np.testing.assert_allclose(y, want, rtol=tol, atol=tol)
+    for need_x, need_w in ((True, True), (True, False), (False, True)):
+        got, exp = got_plan.backward(dy, need_x, need_w), want_plan.backward(dy, need_x, need_w)
+        for a, e in zip(got, exp):
+            assert (a is None) == (e is None)
+            if a is not None:
+                assert a.shape == e.shape and a.dtype == dtype
+                np.testing.assert_allclose(
+                    a, e, rtol=tol, atol=tol * max(1.0, float(np.abs(e).max(initial=0)))
+                )
+
+
+@pytest.mark.parametrize("rank", [1, 2])
+def test_a_1x1_training_conv_runs_pointwise(rank) -> None:
+    """A recorded 1x1 conv (1-D or 2-D) takes ``pointwise``; its output and gradients are the
+    float64 einsum's."""
+    spatial = (5, 4)[:rank]
+    x, w, b = _rand((3, 4, *spatial), 7), _rand((6, 4, *[1] * rank), 8), _rand((6,), 9)
+    op = ops.ConvNd(rank)
+    op.needs_grad = (True, True, True)
+    op.xp = np
+    y = op.forward(x, w, b)
+    assert op.strategy == "pointwise"
+    sub = "nc" + "hw"[:rank]
+    want = np.einsum(f"{sub},oc->{sub.replace('c', 'o')}", x, w.reshape(6, 4)) + b.reshape(1, 6, *[1] * rank)
+    np.testing.assert_allclose(y, want, rtol=1e-12, atol=1e-12)
+    dy = _rand(y.shape, 10)
+    dx, dw, db = op.backward(dy)
+    np.testing.assert_allclose(
+        dx, np.einsum(f"{sub.replace('c', 'o')},oc->{sub}", dy, w.reshape(6, 4)), rtol=1e-12
+    )
+    dw_want = np.einsum(f"{sub.replace('c', 'o')},{sub}->oc", dy, x).reshape(w.shape)
+    np.testing.assert_allclose(dw, dw_want, rtol=1e-12)
+    np.testing.assert_allclose(db, dy.sum(axis=(0, *range(2, dy.ndim))), rtol=1e-12)
