@@ -1,16 +1,16 @@
 """Depthwise convolution (one input channel per group, channel multiplier ``m``), forward and
 backward, as loops over image rows or whole planes.
 
-``ops.conv.Conv2d`` runs a depthwise conv as ``kh*kw`` passes of a multiply and an add over
-shifted views of a padded copy of the input, each pass a NumPy call on one core (the batch
-split over a thread pool). These loops read each input row from cache: forward, an output
-row adds a 3x3 kernel's three rows in three vector loops (other kernels tap by tap), the
-columns of every tap clipped to the input; at stride 1 with rows as long as the input's (3x3,
-pad 1) one loop per kernel row runs over the whole flat plane, and the edge columns are made
-again cell by cell (short rows were mostly loop overhead). ``dx`` is the same correlation of
-``dy``. The ``(image, channel)`` planes are shared out over the threads (backward: the input
-channels, each with its ``m`` output channels, so that ``dw`` needs no reduction across
-threads).
+The NumPy reference (``ops.depthwise.Depthwise``, the engine's ``depthwise`` strategy) runs a
+depthwise conv as ``kh*kw`` passes of a multiply and an add over shifted views of a padded copy
+of the input, each pass a NumPy call on one core (the batch split over a thread pool). These
+loops read each input row from cache: forward, an output row adds a 3x3 kernel's three rows in
+three vector loops (other kernels tap by tap), the columns of every tap clipped to the input;
+at stride 1 with rows as long as the input's (3x3, pad 1) one loop per kernel row runs over the
+whole flat plane, and the edge columns are made again cell by cell (short rows were mostly loop
+overhead). ``dx`` is the same correlation of ``dy``. The ``(image, channel)`` planes are shared
+out over the threads (backward: the input channels, each with its ``m`` output channels, so
+that ``dw`` needs no reduction across threads).
 
 Sums run in the reference's order and rounding (``exact``: no fused multiply-add): forward,
 each output cell adds its taps in ``(i, j)`` order to zero; backward, each input cell of

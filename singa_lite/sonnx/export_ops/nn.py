@@ -29,13 +29,9 @@ from singa_lite.sonnx.import_ops.base import GATE_ORDER, PEEPHOLE_ORDER
 
 # -- convolution and pooling ---------------------------------------------------------------------
 def _conv_geometry(op: Any) -> tuple[list[int], list[int], list[int], list[int]]:
-    """``strides``, begin pads, end pads and ``dilations`` of a conv op, per ONNX spatial axis."""
-    if isinstance(op, (conv_general.ConvNd, conv_general.ConvTransposeNd)):
-        return list(op.stride), [b for b, _ in op.pads], [e for _, e in op.pads], list(op.dilation)
-    t, b, left, r = op.pads
-    if isinstance(op, conv.Conv1d):  # a conv2d of height 1
-        return [op.stride[1]], [left], [r], [op.dilation[1]]
-    return list(op.stride), [t, left], [b, r], list(op.dilation)
+    """``strides``, begin pads, end pads and ``dilations`` of a conv op (every conv and transposed
+    conv is a ``ConvNd``/``ConvTransposeNd``), per ONNX spatial axis."""
+    return list(op.stride), [b for b, _ in op.pads], [e for _, e in op.pads], list(op.dilation)
 
 
 @converts(conv.Conv2d, conv.ConvTranspose2d, conv_general.ConvNd, conv_general.ConvTransposeNd)
