@@ -28,24 +28,16 @@ import argparse
 import glob
 import os
 import statistics
-import time
-from collections.abc import Callable
+import sys
 from functools import partial
 from typing import Any
 
 import numpy as np
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # timing.py beside this file
+from timing import median_seconds
+
 Gemm = tuple[int, int, int]  # (M, K, N): an (M, K) @ (K, N) product
-
-
-def median_ms(fn: Callable[[], object], repeat: int) -> float:
-    fn()
-    times = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times) * 1e3
 
 
 def gemm_floor_ms(shapes: list[Gemm], repeat: int) -> float:
@@ -56,7 +48,7 @@ def gemm_floor_ms(shapes: list[Gemm], repeat: int) -> float:
         if (m, k, n) not in cache:
             a = rng.random((m, k), dtype=np.float32)
             b = rng.random((k, n), dtype=np.float32)
-            cache[m, k, n] = median_ms(partial(np.matmul, a, b), repeat)
+            cache[m, k, n] = 1e3 * median_seconds(partial(np.matmul, a, b), repeat)
     return sum(cache[s] for s in shapes)
 
 
@@ -76,7 +68,7 @@ def gemm_pass_ms(shapes: list[Gemm], repeat: int) -> float:
         for w, (m, k, n) in zip(weights, shapes):
             np.matmul(w, right[k, n], out=outs[m, n])
 
-    return median_ms(run, repeat)
+    return 1e3 * median_seconds(run, repeat)
 
 
 # -- training workloads ----------------------------------------------------------------------
@@ -145,7 +137,7 @@ def numpy_mlp_step(repeat: int) -> float:
             m += g
             p -= lr * m
 
-    return median_ms(step, repeat)
+    return 1e3 * median_seconds(step, repeat)
 
 
 def training_rows(repeat: int) -> None:
@@ -210,9 +202,9 @@ def onnx_rows(repeat: int) -> None:
         gemms = onnx_gemms(model)
         floor = gemm_floor_ms(gemms, repeat)
         in_order = gemm_pass_ms(gemms, repeat)
-        ours = median_ms(partial(prepare(model).run, [x]), repeat)
+        ours = 1e3 * median_seconds(partial(prepare(model).run, [x]), repeat)
         sess = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
-        ref = median_ms(partial(sess.run, None, {name: x}), repeat)
+        ref = 1e3 * median_seconds(partial(sess.run, None, {name: x}), repeat)
         label = os.path.basename(path)[len("light_") : -len(".onnx")]
         row = f"{label:20}{floor:>11.2f}{in_order:>9.2f}{ours:>11.2f}{ref:>8.2f}"
         print(f"{row}{floor / ref:>10.2f}{in_order / ref:>10.2f}{ours / ref:>9.2f}", flush=True)

@@ -18,10 +18,7 @@ import argparse
 import cProfile
 import os
 import pstats
-import statistics
 import sys
-import time
-from collections.abc import Callable
 
 import numpy as np
 import onnx
@@ -33,6 +30,7 @@ from singa_lite.sonnx import prepare
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # setting.py beside this file
 import setting
+from timing import median_seconds
 
 CHANNELS, FRAMES = 16, 8
 NODES_PER_BLOCK = 15
@@ -98,17 +96,6 @@ def streaming_model(blocks: int, seed: int = 0) -> onnx.ModelProto:
     return model
 
 
-def median_seconds(fn: Callable[[], object], repeat: int) -> float:
-    for _ in range(3):  # warm-up: first-call allocations, compiled kernels
-        fn()
-    times = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -132,8 +119,8 @@ def main() -> None:
     ours = rep.run([x])[0].numpy()
     ref = sess.run(None, {"x": x})[0]
     err = float(np.abs(ours - ref).max() / max(float(np.abs(ref).max()), 1e-30))
-    t_singa = median_seconds(lambda: rep.run([x]), args.repeat)
-    t_ort = median_seconds(lambda: sess.run(None, {"x": x}), args.repeat)
+    t_singa = median_seconds(lambda: rep.run([x]), args.repeat, warmup=3)
+    t_ort = median_seconds(lambda: sess.run(None, {"x": x}), args.repeat, warmup=3)
     us_singa, us_ort = t_singa * 1e6 / n_nodes, t_ort * 1e6 / n_nodes
     print(f"{n_nodes} nodes, input {tuple(x.shape)}, max rel err {err:.1e}")
     print(f"{'':<12}{'us / node':>10}{'us / run':>11}")

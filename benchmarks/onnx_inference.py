@@ -22,10 +22,8 @@ from __future__ import annotations
 import argparse
 import glob
 import os
-import statistics
 import sys
 import tempfile
-import time
 from collections.abc import Callable
 
 import numpy as np
@@ -38,18 +36,9 @@ from singa_lite.sonnx import prepare
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # mobile_nets.py beside this file
 import setting
+from timing import median_seconds
 
 LIGHT_DIR = os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data", "light")
-
-
-def median_seconds(fn: Callable[[], object], repeat: int) -> float:
-    fn()  # warm-up: first-call allocations, BLAS thread start
-    times = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
 
 
 def input_of(model: onnx.ModelProto) -> tuple[str, np.ndarray]:

@@ -13,7 +13,6 @@ force the parallel form of the loops.
 from __future__ import annotations
 
 import contextlib
-import os
 from collections.abc import Iterator
 from typing import Any
 
@@ -26,16 +25,18 @@ pytest.importorskip(
     "numba", reason="the compiled CPU kernels need numba: pip install 'singa_lite[cpu-kernels]'"
 )
 
+from test_cpu_kernels import TOL
+from test_cpu_kernels import kernels as switch
+
 from singa_lite import autograd, device, tensor
 from singa_lite.backend import cpu_kernels
-from singa_lite.backend.cpu_kernels import _jit, threads
+from singa_lite.backend.cpu_kernels import _jit
 from singa_lite.backend.cpu_kernels import conv as dw_kernels
 from singa_lite.errors import ShapeError
 from singa_lite.ops import pool
 from singa_lite.ops.depthwise import depthwise_conv
 
 DEV = device.get_default_device()
-TOL = {np.dtype(np.float32): 1e-5, np.dtype(np.float64): 1e-12}
 SETTINGS = settings(
     max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]
 )
@@ -47,22 +48,14 @@ pytestmark = pytest.mark.skipif(
 
 @contextlib.contextmanager
 def kernels(on: bool, parallel: bool = False) -> Iterator[None]:
-    """Kernels on or off inside the block; ``parallel`` forces the parallel form of every loop
-    on two threads, to test it on small arrays too."""
-    saved = os.environ.get(cpu_kernels.ENV), _jit.PARALLEL_MIN, threads._count
+    """``test_cpu_kernels.kernels`` (on or off, the parallel form forced), with the pool kernels
+    on every shape inside, not only where ``ops.pool``'s gates send them."""
     gates = pool.KERNEL_MIN_ROW, pool.KERNEL_INFERENCE
-    os.environ[cpu_kernels.ENV] = "1" if on else "0"
-    pool.KERNEL_MIN_ROW, pool.KERNEL_INFERENCE = 0, True  # the pool kernels on every shape
-    if parallel:
-        _jit.PARALLEL_MIN, threads._count = 0, 2
+    pool.KERNEL_MIN_ROW, pool.KERNEL_INFERENCE = 0, True
     try:
-        yield
+        with switch(on, parallel):
+            yield
     finally:
-        if saved[0] is None:
-            os.environ.pop(cpu_kernels.ENV, None)
-        else:
-            os.environ[cpu_kernels.ENV] = saved[0]
-        _jit.PARALLEL_MIN, threads._count = saved[1], saved[2]
         pool.KERNEL_MIN_ROW, pool.KERNEL_INFERENCE = gates
 
 
