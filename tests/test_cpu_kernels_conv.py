@@ -313,3 +313,52 @@ def test_pool_ops_take_the_kernels() -> None:
         op = pool.MaxPool(pool._Window(2, 3, 2, 1, 1, True, "max_pool"))
         op(tensor.Tensor(device=DEV, data=x, requires_grad=True, stores_grad=True))
     assert op.cpu is None
+
+
+@pytest.mark.parametrize("parallel", [False, True])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize(
+    ("shape", "kernel"),
+    [
+        ((4, 3, 14, 14), (2, 2)),  # LeNet's pools: output rows of 7 and 14 cells
+        ((2, 3, 15, 13), (2, 2)),  # a last row and column no window covers
+        ((0, 3, 8, 8), (2, 2)),  # an empty batch
+        ((2, 2, 9, 10), (3, 2)),
+        ((2, 3, 11), (3,)),
+        ((1, 2, 4, 6, 6), (2, 3, 2)),
+    ],
+)
+def test_max_pools_that_tile_the_input(shape, kernel, dtype, parallel) -> None:
+    """Windows that tile the input (stride == kernel, no padding) take loops of their own, on
+    short rows too (``ops.pool``'s own gates, not forced): the same maxima, the same first-maximum
+    cells and the same gradients as the NumPy path, NaN, -inf and ties included."""
+    from singa_lite.backend.cpu_kernels import pool as pool_kernels
+
+    rng = np.random.default_rng(len(shape) + kernel[0])
+    x = np.round(rng.standard_normal(shape) * 2).astype(dtype)  # many ties
+    flat = x.reshape(-1)
+    if flat.size:
+        flat[:: max(1, flat.size // 7)] = np.nan
+        flat[3 :: max(1, flat.size // 5)] = -np.inf
+    fn = lambda t: pool.max_pool(t, kernel, kernel, 0)  # noqa: E731
+    out = pool.pool_output_size(shape[2:], kernel, kernel, 0)
+    geo = pool_kernels.geometry(shape[2:], out, kernel, kernel, (0,) * len(kernel), (1,) * len(kernel))
+    assert pool_kernels._tiles(geo)
+    dy = rng.standard_normal((*shape[:2], *out)).astype(dtype)
+    with switch(False):
+        ref = run_pool(fn, x, dy, False, False)
+    with switch(True, parallel):
+        got_y, got_dx = run_pool_ungated(fn, x, dy)
+    np.testing.assert_array_equal(got_y, ref[0])
+    np.testing.assert_array_equal(got_dx, ref[1])
+
+
+def run_pool_ungated(fn: Any, x: np.ndarray, dy: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """A recorded pool and its gradient with the kernels as ``ops.pool`` chooses them; checks
+    that they were chosen."""
+    with autograd.training_mode(True):
+        t = tensor.Tensor(device=DEV, data=x, requires_grad=True, stores_grad=True)
+        y = fn(t)
+        assert y.creator.cpu is not None, "the pool did not take the compiled kernels"
+        grads = autograd.gradients(y, tensor.Tensor(device=DEV, data=dy))
+        return tensor.to_numpy(y), tensor.to_numpy(grads[t])

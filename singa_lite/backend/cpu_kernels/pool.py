@@ -256,6 +256,71 @@ def _avg_backward(dy: Any, dx: Any, scale: Any, g: Any) -> None:
                                     dx[xs + q * us2] += row[_U(lo) + q]
 
 
+# -- windows that tile the input -----------------------------------------------------------------
+# Kernel equal to the stride, no padding, no dilation (the 2x2/2 max pool of most CNNs): each
+# input cell is in one window at most, so a window is read once where it lies and its gradient
+# goes straight to the one cell its argmax names. The row loops above pay their setup per
+# output row, which took 1.7-2.9x NumPy's time on rows of 7 and 14 cells.
+def _tiles(g: np.ndarray) -> bool:
+    """Whether window ``g`` (:func:`geometry`) tiles the input: on every axis stride == kernel,
+    no begin padding, dilation 1, and the windows inside the input (no ceil-mode overhang)."""
+    S, O, k, s, b, d = g[0:3], g[3:6], g[6:9], g[9:12], g[12:15], g[15:18]
+    return bool((k == s).all() and (b == 0).all() and (d == 1).all() and (O * k <= S).all())
+
+
+@exact
+def _max_tiles_forward(x: Any, y: Any, arg: Any, g: Any, want_arg: bool) -> None:
+    """Each window's maximum, taps in the reference's order (the first maximum's tap in ``arg``,
+    a NaN kept as ``_max_forward`` keeps it). Without branches: on random data a branch per
+    comparison mispredicts half the time (9.5 ms against 3.8 for LeNet's first pool)."""
+    S0, S1, S2, O0, O1, O2 = g[0], g[1], g[2], g[3], g[4], g[5]
+    k0, k1, k2 = g[6], g[7], g[8]
+    low = like(x, -np.inf)
+    for p in prange(x.size // (S0 * S1 * S2)):
+        for o0 in range(O0):
+            for o1 in range(O1):
+                ys = _U(((p * O0 + o0) * O1 + o1) * O2)
+                for o2 in range(O2):
+                    b = low
+                    t = 0
+                    for i0 in range(k0):
+                        for i1 in range(k1):
+                            xr = _U(((p * S0 + o0 * k0 + i0) * S1 + o1 * k1 + i1) * S2 + o2 * k2)
+                            for i2 in range(k2):
+                                v = x[xr + _U(i2)]
+                                c = v > b
+                                t = ((i0 * k1 + i1) * k2 + i2) if c else t
+                                b = v if (c | (v != v)) else b
+                    y[ys + _U(o2)] = b
+                    if want_arg:
+                        arg[ys + _U(o2)] = t
+
+
+@exact
+def _max_tiles_backward(dy: Any, arg: Any, dx: Any, g: Any) -> None:
+    """Each ``dy`` cell to the input cell its window's ``arg`` names; every other cell 0."""
+    S0, S1, S2, O0, O1, O2 = g[0], g[1], g[2], g[3], g[4], g[5]
+    k0, k1, k2 = g[6], g[7], g[8]
+    # each tap's offset from its window's first cell, looked up (a division per cell cost more
+    # than the rest of the loop)
+    offsets = np.empty(k0 * k1 * k2, np.int64)
+    for i0 in range(k0):
+        for i1 in range(k1):
+            for i2 in range(k2):
+                offsets[(i0 * k1 + i1) * k2 + i2] = (i0 * S1 + i1) * S2 + i2
+    plane = S0 * S1 * S2
+    for p in prange(dx.size // plane):
+        for e in range(plane):
+            dx[_U(p * plane + e)] = 0
+        for o0 in range(O0):
+            for o1 in range(O1):
+                ys = ((p * O0 + o0) * O1 + o1) * O2
+                row = ((p * S0 + o0 * k0) * S1 + o1 * k1) * S2
+                for o2 in range(O2):
+                    z = row + o2 * k2 + offsets[np.int64(arg[_U(ys + o2)])]
+                    dx[_U(z)] = dy[_U(ys + o2)]
+
+
 def _flat(a: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(a).reshape(-1)
 
@@ -268,18 +333,21 @@ def max_pool_forward(
     maximum as its tap index in ``arg_dtype`` (row-major over the kernel), only when
     ``arg_dtype`` is given."""
     y = np.empty((*x.shape[:2], *out), x.dtype)
-    arg = np.empty(y.shape, arg_dtype) if arg_dtype is not None else np.empty(0, np.int8)
+    want = arg_dtype is not None
+    arg = np.empty(y.shape, arg_dtype) if want else np.empty(0, np.int8)
     if y.size:
         work = y.size * int(np.prod(geo[6:9]))
-        _max_forward(work, _flat(x), y.reshape(-1), arg.reshape(-1), geo, arg_dtype is not None)
-    return y, (arg if arg_dtype is not None else None)
+        loops = _max_tiles_forward if _tiles(geo) else _max_forward
+        loops(work, _flat(x), y.reshape(-1), arg.reshape(-1), geo, want)
+    return y, (arg if want else None)
 
 
 def max_pool_backward(dy: np.ndarray, arg: np.ndarray, x_shape: Sequence[int], geo: np.ndarray) -> np.ndarray:
     """The max pool's input gradient from ``dy`` and the forward's ``arg``, in ``dy``'s dtype."""
     dx = np.empty(tuple(x_shape), dy.dtype)
     if dx.size:
-        _max_backward(dx.size + dy.size, _flat(dy), _flat(arg), dx.reshape(-1), geo)
+        loops = _max_tiles_backward if _tiles(geo) else _max_backward
+        loops(dx.size + dy.size, _flat(dy), _flat(arg), dx.reshape(-1), geo)
     return dx
 
 
