@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 from numba import prange
 
-from singa_lite.backend.cpu_kernels._jit import exact, helper
+from singa_lite.backend.cpu_kernels._jit import exact, exact_parallel, helper
 from singa_lite.backend.cpu_kernels._math import like
 
 _U = np.uint64
@@ -193,7 +193,7 @@ def _spans(kw: int, dw: int, pl: int, sw: int, W: int, Wo: int, cut: Any, out_sp
     return spans
 
 
-@exact
+@exact_parallel
 def _forward(x: Any, w: Any, y: Any, geo: Any, m: int) -> None:
     sh, sw, dh, dw, pt, pl = geo[0], geo[1], geo[2], geo[3], geo[4], geo[5]
     N, O, Ho, Wo = y.shape
