@@ -174,6 +174,18 @@ def _cell(
 
 
 @helper
+def _dx_cell(
+    gf: Any, gb: int, wf: Any, c: int, m: int, Ho: int, W: int, kh: int, kw: int, dh: int, dw: int, h: int, q: int
+) -> Any:
+    """One cell of ``dx`` at stride 1 with rows as long as the input's: the ``m`` output planes
+    of channel ``c`` (from ``gb``) correlated with their mirrored taps, one after another."""
+    acc = like(gf, 0.0)
+    for k in range(m):
+        acc += _cell(gf, gb + k * Ho * W, Ho, W, wf, _U((c * m + k) * kh * kw), kh, kw, -dh, -dw, h, q)
+    return acc
+
+
+@helper
 def _spans(kw: int, dw: int, pl: int, sw: int, W: int, Wo: int, cut: Any, out_space: bool) -> Any:
     """Per kernel column ``j``, the output columns ``[lo, hi)`` its tap reads inside the input
     (row 0), then those of them left of and right of the fused interior (rows 1 and 2):
@@ -221,15 +233,13 @@ def _forward(x: Any, w: Any, y: Any, geo: Any, m: int) -> None:
         wb = _U(o * kh * kw)
         if flat:
             _flat_plane(yf, p * Ho * W, Ho, xf, xb, H, W, wf, wb, kh, kw, (-pt, dh), (-pl, dw), cl, cr, True)
+            # the edge columns only: [0, e0) and [e1, Wo), the interior [qa, qb) being right
+            e0, e1 = (qa, qb) if qb > qa else (Wo, Wo)
             for r in range(Ho):
-                for q in range(Wo):
-                    if q == qa and qb > qa:
-                        continue
-                    if q > qa and q < qb:
-                        continue
-                    yf[_U(p * Ho * W + r * W + q)] = _cell(
-                        xf, xb, H, W, wf, wb, kh, kw, dh, dw, r - pt, q - pl
-                    )
+                for q in range(e0):
+                    yf[_U(p * Ho * W + r * W + q)] = _cell(xf, xb, H, W, wf, wb, kh, kw, dh, dw, r - pt, q - pl)
+                for q in range(e1, Wo):
+                    yf[_U(p * Ho * W + r * W + q)] = _cell(xf, xb, H, W, wf, wb, kh, kw, dh, dw, r - pt, q - pl)
             continue
         for r in range(Ho):
             ys = _U(p * Ho * Wo + r * Wo)
@@ -318,16 +328,14 @@ def _backward(
                     gb, wb = (n * C * m + o) * Ho * Wo, _U(o * kh * kw)
                     rows, cols = (pt, -dh), (pl, -dw)
                     _flat_plane(dxf, xb, H, gf, gb, Ho, W, wf, wb, kh, kw, rows, cols, cr, cl, k == 0)
+                # the edge columns only: [0, e0) and [e1, W), the interior [ca, cb) being right
+                e0, e1 = (ca, cb) if cb > ca else (W, W)
+                planes = (n * C * m + c * m) * Ho * Wo
                 for h in range(H):
-                    for q in range(W):
-                        if q >= ca and q < cb:
-                            continue
-                        acc = like(dxf, 0.0)
-                        for k in range(m):
-                            o = c * m + k
-                            gb, wb = (n * C * m + o) * Ho * Wo, _U(o * kh * kw)
-                            acc += _cell(gf, gb, Ho, W, wf, wb, kh, kw, -dh, -dw, h + pt, q + pl)
-                        dxf[_U(xb + h * W + q)] = acc
+                    for q in range(e0):
+                        dxf[_U(xb + h * W + q)] = _dx_cell(gf, planes, wf, c, m, Ho, W, kh, kw, dh, dw, h + pt, q + pl)
+                    for q in range(e1, W):
+                        dxf[_U(xb + h * W + q)] = _dx_cell(gf, planes, wf, c, m, Ho, W, kh, kw, dh, dw, h + pt, q + pl)
             elif need_dx:
                 for h in range(H):
                     ds = _U(xb + h * W)
