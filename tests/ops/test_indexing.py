@@ -169,6 +169,34 @@ def test_gather_grad(dev):
     assert tensor.to_numpy(g).tolist() == [2.0, 1.0, 0.0]
 
 
+@given(
+    st.integers(0, 6),
+    st.lists(st.integers(0, 5), max_size=40),
+    st.sampled_from([(), (3,), (2, 2)]),
+    st.sampled_from([np.float32, np.float64]),
+    st.integers(0, 2**32 - 1),
+)
+def test_rows_added_is_add_at_on_axis_0(extra, idx, tail, dtype, seed):
+    """Gather's axis-0 backward (an embedding's): the same sums as NumPy's add.at, repeats
+    and rows no index names included."""
+    from singa_lite.ops.indexing import rows_added
+
+    n = (max(idx) + 1 if idx else 0) + extra
+    idx = np.asarray(idx, np.int64)
+    rows = np.random.default_rng(seed).standard_normal((idx.size, *tail)).astype(dtype)
+    ref = np.zeros((n, *tail), dtype)
+    np.add.at(ref, idx, rows)
+    got = rows_added((n, *tail), idx, rows)
+    assert got.dtype == ref.dtype and got.shape == ref.shape
+    tol = 1e-6 if dtype == np.float32 else 1e-14
+    np.testing.assert_allclose(got, ref, rtol=tol, atol=tol * max(1.0, float(np.abs(rows).sum())))
+
+
+def test_gather_axis0_grad_with_index_matrix(dev):
+    """A (2, 3) index matrix into a (4, 2) table, repeats included: backward sums the rows."""
+    check_grad(lambda t: S.gather(t, 0, [[0, 3, 0], [-1, 2, 0]]), [rand(4, 2)], dev)
+
+
 def test_gather_errors(dev):
     t = t_(np.zeros((2, 3), np.float32), dev)
     with pytest.raises(ShapeError, match=r"Gather: index out of range \[-3, 3\): min 0, max 3.*\(2, 3\)"):

@@ -175,7 +175,19 @@ def _cell(
 
 @helper
 def _dx_cell(
-    gf: Any, gb: int, wf: Any, c: int, m: int, Ho: int, W: int, kh: int, kw: int, dh: int, dw: int, h: int, q: int
+    gf: Any,
+    gb: int,
+    wf: Any,
+    c: int,
+    m: int,
+    Ho: int,
+    W: int,
+    kh: int,
+    kw: int,
+    dh: int,
+    dw: int,
+    h: int,
+    q: int,
 ) -> Any:
     """One cell of ``dx`` at stride 1 with rows as long as the input's: the ``m`` output planes
     of channel ``c`` (from ``gb``) correlated with their mirrored taps, one after another."""
@@ -236,10 +248,11 @@ def _forward(x: Any, w: Any, y: Any, geo: Any, m: int) -> None:
             # the edge columns only: [0, e0) and [e1, Wo), the interior [qa, qb) being right
             e0, e1 = (qa, qb) if qb > qa else (Wo, Wo)
             for r in range(Ho):
+                row, top = p * Ho * W + r * W, r - pt
                 for q in range(e0):
-                    yf[_U(p * Ho * W + r * W + q)] = _cell(xf, xb, H, W, wf, wb, kh, kw, dh, dw, r - pt, q - pl)
+                    yf[_U(row + q)] = _cell(xf, xb, H, W, wf, wb, kh, kw, dh, dw, top, q - pl)
                 for q in range(e1, Wo):
-                    yf[_U(p * Ho * W + r * W + q)] = _cell(xf, xb, H, W, wf, wb, kh, kw, dh, dw, r - pt, q - pl)
+                    yf[_U(row + q)] = _cell(xf, xb, H, W, wf, wb, kh, kw, dh, dw, top, q - pl)
             continue
         for r in range(Ho):
             ys = _U(p * Ho * Wo + r * Wo)
@@ -332,10 +345,11 @@ def _backward(
                 e0, e1 = (ca, cb) if cb > ca else (W, W)
                 planes = (n * C * m + c * m) * Ho * Wo
                 for h in range(H):
+                    row, hp = xb + h * W, h + pt
                     for q in range(e0):
-                        dxf[_U(xb + h * W + q)] = _dx_cell(gf, planes, wf, c, m, Ho, W, kh, kw, dh, dw, h + pt, q + pl)
+                        dxf[_U(row + q)] = _dx_cell(gf, planes, wf, c, m, Ho, W, kh, kw, dh, dw, hp, q + pl)
                     for q in range(e1, W):
-                        dxf[_U(xb + h * W + q)] = _dx_cell(gf, planes, wf, c, m, Ho, W, kh, kw, dh, dw, h + pt, q + pl)
+                        dxf[_U(row + q)] = _dx_cell(gf, planes, wf, c, m, Ho, W, kh, kw, dh, dw, hp, q + pl)
             elif need_dx:
                 for h in range(H):
                     ds = _U(xb + h * W)
