@@ -157,6 +157,44 @@ def test_depthwise_matches_the_tap_loop(case: tuple, parallel: bool, strided: bo
         np.testing.assert_array_equal(dx, dx_ref)
 
 
+@st.composite
+def same_width_cases(draw: st.DrawFn) -> tuple:
+    """Stride 1 with the columns padded to keep the width: the kernels' flat planes, whose
+    taps off a row's ends read the zeros the rows are copied with."""
+    kh, kw = draw(st.integers(1, 5)), draw(st.integers(1, 5))
+    dh, dw = draw(st.integers(1, 2)), draw(st.integers(1, 2))
+    left = draw(st.integers(0, (kw - 1) * dw))
+    top, bottom = draw(st.integers(0, 3)), draw(st.integers(0, 3))
+    pads = (top, bottom, left, (kw - 1) * dw - left)
+    H = draw(st.integers(max(1, (kh - 1) * dh + 1 - top - bottom), 9))
+    W = draw(st.integers(1, 9))
+    N, C, m = draw(st.integers(0, 3)), draw(st.integers(1, 4)), draw(st.integers(1, 3))
+    dtype = draw(st.sampled_from([np.float32, np.float64]))
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    x = rng.standard_normal((N, C, H, W)).astype(dtype)
+    w = rng.standard_normal((C * m, 1, kh, kw)).astype(dtype)
+    Ho = H + top + bottom - (kh - 1) * dh
+    dy = rng.standard_normal((N, C * m, Ho, W)).astype(dtype)
+    return x, w, dy, pads, (1, 1), (dh, dw)
+
+
+@SETTINGS
+@given(same_width_cases(), st.booleans())
+def test_depthwise_same_width_planes_match_the_tap_loop(case: tuple, parallel: bool) -> None:
+    x, w, dy, pads, stride, dilation = case
+    y_ref, dx_ref, dw_ref = ref_depthwise(x, w, dy, pads, stride, dilation)
+    y_abs, dx_abs, dw_abs = ref_depthwise(np.abs(x), np.abs(w), np.abs(dy), pads, stride, dilation)
+    with kernels(True, parallel):
+        y = dw_kernels.depthwise_forward(x, w, stride, dilation, pads, dy.shape[2:])
+        dx, dw = dw_kernels.depthwise_backward(dy, x, w, stride, dilation, pads, True, True)
+    assert_bounded(y, y_ref, y_abs, "y")
+    assert_bounded(dx, dx_ref, dx_abs, "dx")
+    assert_bounded(dw, dw_ref, dw_abs, "dw")
+    if y.size and w.shape[0] == x.shape[1]:  # the reference's order and roundings, edges included
+        np.testing.assert_array_equal(y, y_ref)
+        np.testing.assert_array_equal(dx, dx_ref)
+
+
 @SETTINGS
 @given(depthwise_cases())
 def test_depthwise_forward_matches_the_einsum_path(case: tuple) -> None:

@@ -30,9 +30,10 @@ import numpy as np
 from numba import prange
 
 from singa_lite.backend.cpu_kernels._jit import exact, exact_parallel, helper
-from singa_lite.backend.cpu_kernels._math import like
 
 _U = np.uint64
+_CHUNKS = 64
+"""The forward's planes go to the threads in this many chunks, each with its own buffers."""
 
 
 @helper
@@ -125,25 +126,23 @@ def _flat_plane(
     kw: int,
     rows: tuple[int, int],
     cols: tuple[int, int],
-    cl: int,
-    cr: int,
     zero: bool,
 ) -> None:
     """Adds to (or, with ``zero``, sets) the plane of ``Hy`` rows of ``W`` at ``yb``: cell
     ``u`` gets ``xf[xb + u + ro_i*W + co_j] * w[i, j]`` over the taps, ``ro_i = rows[0] +
     i*rows[1]``, ``co_j = cols[0] + j*cols[1]``, input rows outside ``[0, Hx)`` skipped; one
-    loop per kernel row over the flat plane (see ``_forward``). Wrong in the ``cl`` first
-    and ``cr`` last columns, whose taps wrap to the next row: the caller makes them again."""
+    loop per kernel row over the flat plane (see ``_forward``). A tap off either end of a row
+    reads the row before or after: the caller's rows end in zeros, guard cells around them."""
     if zero:
         for u in range(_U(Hy * W)):
             yf[_U(yb) + u] = 0
     for i in range(kh):
         ro = rows[0] + i * rows[1]
         r_lo, r_hi = max(0, -ro), min(Hy, Hx - ro)
-        u0, u1 = r_lo * W + cl, r_hi * W - cr
+        u0, u1 = r_lo * W, r_hi * W
         if u1 <= u0:
             continue
-        x0 = xb + u0 + ro * W + cols[0]  # every tap's first cell is in the input: >= 0
+        x0 = xb + u0 + ro * W + cols[0]  # >= 0 and every tap in the buffer: the guard cells
         n = _U(u1 - u0)
         if kw == 3:
             w = (wf[wb + _U(3 * i)], wf[wb + _U(3 * i + 1)], wf[wb + _U(3 * i + 2)])
@@ -153,48 +152,6 @@ def _flat_plane(
             for j in range(kw):
                 wt = wf[wb + _U(i * kw + j)]
                 _axpy(yf, _U(yb + u0), _U(1), xf, _U(x0 + j * cols[1]), _U(1), wt, n)
-
-
-@helper
-def _cell(
-    xf: Any, xb: int, H: int, W: int, wf: Any, wb: Any, kh: int, kw: int, dh: int, dw: int, h0: int, c0: int
-) -> Any:
-    """One output cell, taps in ``(i, j)`` order from zero: the window whose first cell is
-    input row ``h0``, column ``c0`` (either may lie in the padding)."""
-    acc = like(xf, 0.0)
-    for i in range(kh):
-        h = h0 + i * dh
-        if h < 0 or h >= H:
-            continue
-        for j in range(kw):
-            c = c0 + j * dw
-            if c >= 0 and c < W:
-                acc += xf[_U(xb + h * W + c)] * wf[wb + _U(i * kw + j)]
-    return acc
-
-
-@helper
-def _dx_cell(
-    gf: Any,
-    gb: int,
-    wf: Any,
-    c: int,
-    m: int,
-    Ho: int,
-    W: int,
-    kh: int,
-    kw: int,
-    dh: int,
-    dw: int,
-    h: int,
-    q: int,
-) -> Any:
-    """One cell of ``dx`` at stride 1 with rows as long as the input's: the ``m`` output planes
-    of channel ``c`` (from ``gb``) correlated with their mirrored taps, one after another."""
-    acc = like(gf, 0.0)
-    for k in range(m):
-        acc += _cell(gf, gb + k * Ho * W, Ho, W, wf, _U((c * m + k) * kh * kw), kh, kw, -dh, -dw, h, q)
-    return acc
 
 
 @helper
@@ -224,7 +181,6 @@ def _forward(x: Any, w: Any, y: Any, geo: Any, m: int) -> None:
     C, H, W = x.shape[1], x.shape[2], x.shape[3]
     kh, kw = w.shape[2], w.shape[3]
     xf, yf, wf = x.reshape(-1), y.reshape(-1), w.reshape(-1)
-    usw = _U(sw)
     # Output columns [qa, qb) read no padding: there a 3x3 window runs fused, row by row of
     # the kernel; the columns at the edges, and rows at the top and bottom, tap by tap.
     qa = _columns(-pl, sw, W, Wo)[0]
@@ -232,53 +188,95 @@ def _forward(x: Any, w: Any, y: Any, geo: Any, m: int) -> None:
     fused = kh == 3 and kw == 3 and qb > qa
     spans = _spans(kw, dw, pl, sw, W, Wo, (qa, qb), True)
     cols = (qa * sw - pl, qa * sw - pl + dw, qa * sw - pl + 2 * dw)
-    # Stride 1 with rows as long as the input's ("same" width, 3x3 pad 1): output cell u of the
-    # flat plane reads input cell u + offset, one offset per tap, so each kernel row is one
-    # loop over the whole plane instead of one per image row (short rows were loop overhead
-    # for the most part); the columns at the edges, whose taps wrap to the next row, are
-    # then made again cell by cell.
+    # Stride 1 with rows as long as the input's ("same" width, 3x3 pad 1): each plane is copied
+    # into rows of Wp = W + cl + cr cells whose last cl + cr are zeros. Output cell u of such a
+    # flat plane reads input cell u + offset, one offset per tap, and a tap left or right of a
+    # row reads the zeros at the end of the row before or its own: so each kernel row is one
+    # loop over the whole plane, the edge columns included, adding the zero products of the
+    # padding as the reference does (short rows, and edge columns made cell by cell, were
+    # loop overhead for the most part). The planes are shared out in chunks, each with its
+    # own copy buffers.
     flat = sh == 1 and sw == 1 and Wo == W
     cl, cr = max(0, pl), max(0, (kw - 1) * dw - pl)
-    for p in prange(N * O):
-        n, o = p // O, p % O
-        xb = (n * C + o // m) * H * W
-        wb = _U(o * kh * kw)
-        if flat:
-            _flat_plane(yf, p * Ho * W, Ho, xf, xb, H, W, wf, wb, kh, kw, (-pt, dh), (-pl, dw), cl, cr, True)
-            # the edge columns only: [0, e0) and [e1, Wo), the interior [qa, qb) being right
-            e0, e1 = (qa, qb) if qb > qa else (Wo, Wo)
-            for r in range(Ho):
-                row, top = p * Ho * W + r * W, r - pt
-                for q in range(e0):
-                    yf[_U(row + q)] = _cell(xf, xb, H, W, wf, wb, kh, kw, dh, dw, top, q - pl)
-                for q in range(e1, Wo):
-                    yf[_U(row + q)] = _cell(xf, xb, H, W, wf, wb, kh, kw, dh, dw, top, q - pl)
-            continue
-        for r in range(Ho):
-            ys = _U(p * Ho * Wo + r * Wo)
-            top = r * sh - pt
-            if fused and top >= 0 and top + 2 * dh < H:
-                _sum3x3(yf, ys + _U(qa), xf, xb + top * W, dh * W, cols, usw, wf, wb, _U(qb - qa), False)
-                e0, e1 = 1, 3
-                for q in range(qa):
-                    yf[ys + _U(q)] = 0
-                for q in range(qb, Wo):
-                    yf[ys + _U(q)] = 0
+    Wp = W + cl + cr
+    planes = N * O
+    chunks = min(planes, _CHUNKS)
+    for chunk in prange(chunks):
+        # cl guard cells before the first row, cr after the last (taps past either end)
+        xpad = np.zeros(cl + H * Wp + cr if flat else 0, x.dtype)
+        ypad = np.empty(Ho * Wp if flat else 0, x.dtype)
+        for p in range(chunk * planes // chunks, (chunk + 1) * planes // chunks):
+            n, o = p // O, p % O
+            xb = (n * C + o // m) * H * W
+            wb = _U(o * kh * kw)
+            if flat:
+                _rows_into(xpad, cl, Wp, xf, xb, W, H)
+                _flat_plane(ypad, 0, Ho, xpad, cl, H, Wp, wf, wb, kh, kw, (-pt, dh), (-pl, dw), True)
+                _rows_into(yf, p * Ho * W, W, ypad, 0, Wp, Ho)
             else:
-                e0, e1 = 0, 1
-                for q in range(Wo):
-                    yf[ys + _U(q)] = 0
-            for i in range(kh):
-                h = top + i * dh
-                if h < 0 or h >= H:
-                    continue
-                for j in range(kw):
-                    wt = wf[wb + _U(i * kw + j)]
-                    for e in range(e0, e1):
-                        a, b = spans[e, j, 0], spans[e, j, 1]
-                        if b > a:
-                            xs = _U(xb + h * W + a * sw + j * dw - pl)
-                            _axpy(yf, ys + _U(a), _U(1), xf, xs, usw, wt, _U(b - a))
+                _strided_plane(yf, p, Ho, Wo, xf, xb, H, W, wf, wb, geo, kh, kw, qa, qb, fused, spans, cols)
+
+
+@helper
+def _rows_into(dst: Any, d0: int, dstride: int, src: Any, s0: int, sstride: int, rows: int) -> None:
+    """Copy ``rows`` rows of ``min(dstride, sstride)`` cells from ``src`` (rows ``sstride``
+    apart from ``s0``) into ``dst`` (rows ``dstride`` apart from ``d0``)."""
+    n = _U(min(dstride, sstride))
+    for r in range(rows):
+        a, b = _U(d0 + r * dstride), _U(s0 + r * sstride)
+        for t in range(n):
+            dst[a + t] = src[b + t]
+
+
+@helper
+def _strided_plane(
+    yf: Any,
+    p: int,
+    Ho: int,
+    Wo: int,
+    xf: Any,
+    xb: int,
+    H: int,
+    W: int,
+    wf: Any,
+    wb: Any,
+    geo: Any,
+    kh: int,
+    kw: int,
+    qa: int,
+    qb: int,
+    fused: bool,
+    spans: Any,
+    cols: Any,
+) -> None:
+    """Output plane ``p`` row by row: a 3x3 window's interior fused, the rest tap by tap."""
+    sh, sw, dh, dw, pt, pl = geo[0], geo[1], geo[2], geo[3], geo[4], geo[5]
+    usw = _U(sw)
+    for r in range(Ho):
+        ys = _U(p * Ho * Wo + r * Wo)
+        top = r * sh - pt
+        if fused and top >= 0 and top + 2 * dh < H:
+            _sum3x3(yf, ys + _U(qa), xf, xb + top * W, dh * W, cols, usw, wf, wb, _U(qb - qa), False)
+            e0, e1 = 1, 3
+            for q in range(qa):
+                yf[ys + _U(q)] = 0
+            for q in range(qb, Wo):
+                yf[ys + _U(q)] = 0
+        else:
+            e0, e1 = 0, 1
+            for q in range(Wo):
+                yf[ys + _U(q)] = 0
+        for i in range(kh):
+            h = top + i * dh
+            if h < 0 or h >= H:
+                continue
+            for j in range(kw):
+                wt = wf[wb + _U(i * kw + j)]
+                for e in range(e0, e1):
+                    a, b = spans[e, j, 0], spans[e, j, 1]
+                    if b > a:
+                        xs = _U(xb + h * W + a * sw + j * dw - pl)
+                        _axpy(yf, ys + _U(a), _U(1), xf, xs, usw, wt, _U(b - a))
 
 
 @exact
@@ -300,7 +298,7 @@ def _backward(
     flat = sh == 1 and sw == 1 and Wo == W  # the forward's flat planes, in dy
     padded = sh == 1 and sw == 1
     Hp, Wp = max(H + pt, Ho + (kh - 1) * dh), max(W + pl, Wo + (kw - 1) * dw)
-    cl, cr = max(0, pl), max(0, (kw - 1) * dw - pl)
+    guard = (kw - 1) * dw  # at least the padding on either side
     dspans = _spans(kw, dw, pl, sw, W, Wo, (ca, cb), False)
     dcols = (ca + pl, ca + pl - dw, ca + pl - 2 * dw)
     qa = _columns(-pl, sw, W, Wo)[0]
@@ -318,39 +316,35 @@ def _backward(
         part = np.zeros(m * kh * kw * lanes if need_dw else 0, np.float64)
         # (kw-1)*dw cells more: the padding columns' lanes of the last row read past Hp rows
         xp = np.zeros(Hp * Wp + (kw - 1) * dw if padded and need_dw else 0, x.dtype)
-        gp = np.zeros(Ho * Wp if padded and need_dw else 0, x.dtype)
+        # dy's planes in rows of Wp cells, zeros after each row's Wo and guard cells before the
+        # first and after the last: dw's lanes read them, and at stride 1 with rows as long as
+        # the input's, so does dx, as the forward's flat planes (dx is dy correlated with the
+        # taps mirrored, a tap off either end of a row reading zeros), into dpad.
+        dx_flat = need_dx and flat
+        gp = np.zeros(2 * guard + Ho * Wp if padded and (need_dw or dx_flat) else 0, x.dtype)
+        dpad = np.empty(H * Wp if dx_flat else 0, x.dtype)
         for n in range(N):
             xb = (n * C + c) * H * W
             if need_dw and padded:
-                for h in range(H):
-                    for q in range(W):
-                        xp[_U((h + pt) * Wp + pl + q)] = xf[_U(xb + h * W + q)]
-                for k in range(m):
-                    gb = (n * C * m + c * m + k) * Ho * Wo
-                    for r in range(Ho):
-                        for q in range(Wo):
-                            gp[_U(r * Wp + q)] = gf[_U(gb + r * Wo + q)]
-                    for i in range(kh):
-                        for j in range(kw):
-                            pb = _U(((k * kh + i) * kw + j) * lanes)
-                            _lanes(part, pb, gp, _U(0), xp, _U(i * dh * Wp + j * dw), one, _U(lanes))
-            if need_dx and flat:
-                # as the forward's flat planes: dx is dy correlated with the taps mirrored
+                _rows_into(xp, pt * Wp + pl, Wp, xf, xb, W, H)
+            if padded and (need_dw or dx_flat):
                 for k in range(m):
                     o = c * m + k
-                    gb, wb = (n * C * m + o) * Ho * Wo, _U(o * kh * kw)
-                    rows, cols = (pt, -dh), (pl, -dw)
-                    _flat_plane(dxf, xb, H, gf, gb, Ho, W, wf, wb, kh, kw, rows, cols, cr, cl, k == 0)
-                # the edge columns only: [0, e0) and [e1, W), the interior [ca, cb) being right
-                e0, e1 = (ca, cb) if cb > ca else (W, W)
-                planes = (n * C * m + c * m) * Ho * Wo
-                for h in range(H):
-                    row, hp = xb + h * W, h + pt
-                    for q in range(e0):
-                        dxf[_U(row + q)] = _dx_cell(gf, planes, wf, c, m, Ho, W, kh, kw, dh, dw, hp, q + pl)
-                    for q in range(e1, W):
-                        dxf[_U(row + q)] = _dx_cell(gf, planes, wf, c, m, Ho, W, kh, kw, dh, dw, hp, q + pl)
-            elif need_dx:
+                    _rows_into(gp, guard, Wp, gf, (n * C * m + o) * Ho * Wo, Wo, Ho)
+                    if need_dw:
+                        for i in range(kh):
+                            for j in range(kw):
+                                pb = _U(((k * kh + i) * kw + j) * lanes)
+                                xs = _U(i * dh * Wp + j * dw)
+                                _lanes(part, pb, gp, _U(guard), xp, xs, one, _U(lanes))
+                    if dx_flat:
+                        wb = _U(o * kh * kw)
+                        _flat_plane(
+                            dpad, 0, H, gp, guard, Ho, Wp, wf, wb, kh, kw, (pt, -dh), (pl, -dw), k == 0
+                        )
+                if dx_flat:
+                    _rows_into(dxf, xb, W, dpad, 0, Wp, H)
+            if need_dx and not flat:
                 for h in range(H):
                     ds = _U(xb + h * W)
                     fused = fuse_dx and h + pt - 2 * dh >= 0 and h + pt < Ho
