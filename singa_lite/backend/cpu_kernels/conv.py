@@ -279,6 +279,39 @@ def _strided_plane(
                         _axpy(yf, ys + _U(a), _U(1), xf, xs, usw, wt, _U(b - a))
 
 
+@helper
+def _phase_planes(
+    out: Any,
+    xf: Any,
+    xb: int,
+    H: int,
+    W: int,
+    sh: int,
+    sw: int,
+    oa_lo: int,
+    ob_lo: int,
+    Hb: int,
+    Wb: int,
+    span: int,
+) -> None:
+    """The ``H x W`` plane at ``xb`` as its ``sh*sw`` phase planes in ``out`` (see
+    ``_backward``): cell ``(u, v)`` of phase ``(pa, pb)``, at ``(pa*sw + pb)*span + u*Wb + v``,
+    is input cell ``(sh*(u + oa_lo) + pa, sw*(v + ob_lo) + pb)``. Cells outside the input are
+    left as they are (zeros the caller made once)."""
+    for pa in range(sh):
+        u0, u1 = -oa_lo, min(Hb, (H - pa + sh - 1) // sh - oa_lo)
+        for pb in range(sw):
+            v0, v1 = -ob_lo, min(Wb, (W - pb + sw - 1) // sw - ob_lo)
+            if v1 <= v0:
+                continue
+            base = (pa * sw + pb) * span
+            for u in range(u0, u1):
+                dst = _U(base + u * Wb + v0)
+                src = _U(xb + (sh * (u + oa_lo) + pa) * W + sw * (v0 + ob_lo) + pb)
+                for t in range(_U(v1 - v0)):
+                    out[dst + t] = xf[src + t * _U(sw)]
+
+
 @exact
 def _backward(
     dy: Any, x: Any, w: Any, dx: Any, dwsum: Any, geo: Any, m: int, need_dx: bool, need_dw: bool
@@ -296,54 +329,58 @@ def _backward(
     cb = min(W, Wo - pl)
     fuse_dx = kh == 3 and kw == 3 and sh == 1 and sw == 1 and cb > ca
     flat = sh == 1 and sw == 1 and Wo == W  # the forward's flat planes, in dy
-    padded = sh == 1 and sw == 1
-    Hp, Wp = max(H + pt, Ho + (kh - 1) * dh), max(W + pl, Wo + (kw - 1) * dw)
-    guard = (kw - 1) * dw  # at least the padding on either side
     dspans = _spans(kw, dw, pl, sw, W, Wo, (ca, cb), False)
     dcols = (ca + pl, ca + pl - dw, ca + pl - 2 * dw)
-    qa = _columns(-pl, sw, W, Wo)[0]
-    qb = _columns((kw - 1) * dw - pl, sw, W, Wo)[1]
-    fuse_dw = kh == 3 and kw == 3 and qb > qa
-    spans = _spans(kw, dw, pl, sw, W, Wo, (qa, qb), True)
+    # dw by phases: with a = i*dh - pt = sh*oa + pa (floor division), tap (i, j) of output cell
+    # (r, q) reads row r + oa of the input's rows of phase pa (rows pa, pa + sh, ...) and
+    # column q + ob of its columns of phase pb: a stride-1 correlation of dy with one phase
+    # plane. The sh*sw phase planes are kept in rows of Wb cells, their top-left cell at
+    # (oa_lo, ob_lo), zeros where the input ends; dy in rows of Wb too, zeros after each Wo.
+    # Then cell v of a plane of Ho rows of Wb lanes meets phase cell v + offset of the tap,
+    # one loop per tap over the whole plane into dw's float64 partial sums, one per lane
+    # (the lanes past Wo add zero products).
+    oa_lo, oa_hi = -pt // sh, ((kh - 1) * dh - pt) // sh
+    ob_lo, ob_hi = -pl // sw, ((kw - 1) * dw - pl) // sw
+    Hb, Wb = Ho + oa_hi - oa_lo, Wo + ob_hi - ob_lo
+    span = Hb * Wb + ob_hi - ob_lo  # a plane and the cells the last row's lanes read past it
+    lanes = Ho * Wb
+    guard = (kw - 1) * dw  # dy's: at least the padding on either side (dx's flat planes)
     # One input channel per iteration: its dx planes and the dw of its m output channels, so
     # that no two threads write the same cell and dw needs no reduction across threads.
     for c in prange(C):
-        # dw's partial sums, one per output column; at stride 1, one per cell of a plane whose
-        # rows are padded to the padded input's width Wp: then tap (i, j) of output cell v
-        # reads padded-input cell v + i*dh*Wp + j*dw, one loop per tap over the whole plane
-        # (the cells of the padding columns add zero products).
-        lanes = Ho * Wp if padded else Wo
         part = np.zeros(m * kh * kw * lanes if need_dw else 0, np.float64)
-        # (kw-1)*dw cells more: the padding columns' lanes of the last row read past Hp rows
-        xp = np.zeros(Hp * Wp + (kw - 1) * dw if padded and need_dw else 0, x.dtype)
-        # dy's planes in rows of Wp cells, zeros after each row's Wo and guard cells before the
-        # first and after the last: dw's lanes read them, and at stride 1 with rows as long as
-        # the input's, so does dx, as the forward's flat planes (dx is dy correlated with the
-        # taps mirrored, a tap off either end of a row reading zeros), into dpad.
+        phases = np.zeros(sh * sw * span if need_dw else 0, x.dtype)
+        # dy's planes: dw's lanes read them, and at stride 1 with rows as long as the input's,
+        # so does dx, as the forward's flat planes (dx is dy correlated with the taps mirrored,
+        # a tap off either end of a row reading zeros), into dpad.
         dx_flat = need_dx and flat
-        gp = np.zeros(2 * guard + Ho * Wp if padded and (need_dw or dx_flat) else 0, x.dtype)
-        dpad = np.empty(H * Wp if dx_flat else 0, x.dtype)
+        gp = np.zeros(2 * guard + lanes if need_dw or dx_flat else 0, x.dtype)
+        dpad = np.empty(H * Wb if dx_flat else 0, x.dtype)
         for n in range(N):
             xb = (n * C + c) * H * W
-            if need_dw and padded:
-                _rows_into(xp, pt * Wp + pl, Wp, xf, xb, W, H)
-            if padded and (need_dw or dx_flat):
+            if need_dw:
+                _phase_planes(phases, xf, xb, H, W, sh, sw, oa_lo, ob_lo, Hb, Wb, span)
+            if need_dw or dx_flat:
                 for k in range(m):
                     o = c * m + k
-                    _rows_into(gp, guard, Wp, gf, (n * C * m + o) * Ho * Wo, Wo, Ho)
+                    _rows_into(gp, guard, Wb, gf, (n * C * m + o) * Ho * Wo, Wo, Ho)
                     if need_dw:
                         for i in range(kh):
+                            oa = (i * dh - pt) // sh
+                            pa = i * dh - pt - sh * oa
                             for j in range(kw):
-                                pb = _U(((k * kh + i) * kw + j) * lanes)
-                                xs = _U(i * dh * Wp + j * dw)
-                                _lanes(part, pb, gp, _U(guard), xp, xs, one, _U(lanes))
+                                ob = (j * dw - pl) // sw
+                                pb = j * dw - pl - sw * ob
+                                off = (pa * sw + pb) * span + (oa - oa_lo) * Wb + ob - ob_lo
+                                at = _U(((k * kh + i) * kw + j) * lanes)
+                                _lanes(part, at, gp, _U(guard), phases, _U(off), one, _U(lanes))
                     if dx_flat:
                         wb = _U(o * kh * kw)
                         _flat_plane(
-                            dpad, 0, H, gp, guard, Ho, Wp, wf, wb, kh, kw, (pt, -dh), (pl, -dw), k == 0
+                            dpad, 0, H, gp, guard, Ho, Wb, wf, wb, kh, kw, (pt, -dh), (pl, -dw), k == 0
                         )
                 if dx_flat:
-                    _rows_into(dxf, xb, W, dpad, 0, Wp, H)
+                    _rows_into(dxf, xb, W, dpad, 0, Wb, H)
             if need_dx and not flat:
                 for h in range(H):
                     ds = _U(xb + h * W)
@@ -380,31 +417,6 @@ def _backward(
                                     if b > a:
                                         d0 = ds + _U(a * sw + j * dw - pl)
                                         _axpy(dxf, d0, usw, gf, _U(gb + a), one, wt, _U(b - a))
-            if need_dw and not padded:
-                for k in range(m):
-                    o = c * m + k
-                    for r in range(Ho):
-                        gb = _U(((n * C * m + o) * Ho + r) * Wo)
-                        top = r * sh - pt
-                        e0, e1 = 0, 1
-                        if fuse_dw and top >= 0 and top + 2 * dh < H:
-                            for i in range(3):
-                                x0 = _U(xb + (top + i * dh) * W + qa * sw - pl)
-                                for j in range(3):
-                                    pb = _U(((k * 3 + i) * 3 + j) * Wo + qa)
-                                    _lanes(part, pb, gf, gb + _U(qa), xf, x0 + _U(j * dw), usw, _U(qb - qa))
-                            e0, e1 = 1, 3
-                        for i in range(kh):
-                            h = top + i * dh
-                            if h < 0 or h >= H:
-                                continue
-                            for j in range(kw):
-                                for e in range(e0, e1):
-                                    a, b = spans[e, j, 0], spans[e, j, 1]
-                                    if b > a:
-                                        pb = _U(((k * kh + i) * kw + j) * Wo + a)
-                                        x0 = _U(xb + h * W + a * sw + j * dw - pl)
-                                        _lanes(part, pb, gf, gb + _U(a), xf, x0, usw, _U(b - a))
         if need_dw:
             for t in range(m * kh * kw):
                 total = 0.0
