@@ -174,7 +174,7 @@ def _from_phases(
                     for v in range(nv):
                         dxf[d + _U(v * sw)] = 0
                     continue
-                v1 = min(nv, Wb + ob_lo)  # v - ob_lo < Wb; v >= 0 > ob_lo - 1 always holds
+                v1 = min(nv, Wb + ob_lo)  # phase column v - ob_lo < Wb (it is >= 0: ob_lo <= 0)
                 s0 = _U((pa * sw + pb) * Hb * Wb + uu * Wb - ob_lo)
                 for v in range(v1):
                     dxf[d + _U(v * sw)] = src[s0 + _U(v)]
