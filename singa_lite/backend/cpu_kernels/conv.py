@@ -70,20 +70,30 @@ def _taps3(yf: Any, ys: Any, xf: Any, p0: Any, p1: Any, p2: Any, w0: Any, w1: An
 
 @helper
 def _tap_pass(
-    yf: Any, n: Any, xf: Any, offs: Any, taps: Any, count: int, wf: Any, wb: int, zero: bool
+    yf: Any,
+    yb: Any,
+    n: Any,
+    xf: Any,
+    offs: Any,
+    taps: Any,
+    first: int,
+    count: int,
+    wf: Any,
+    wb: int,
+    zero: bool,
 ) -> None:
-    """``yf[t]`` (set with ``zero``, else added to) ``+= sum of xf[offs[k] + t] * wf[wb + taps[k]]``
-    over the first ``count`` taps in their order, for ``t < n``."""
+    """``yf[yb + t]`` (set with ``zero``, else added to) ``+= sum of xf[offs[k] + t] * wf[wb +
+    taps[k]]`` over the taps ``k`` in ``[first, first + count)`` in their order, for ``t < n``."""
     if zero:
         for t in range(n):
-            yf[t] = 0
-    k = 0
-    while k + 3 <= count:
+            yf[yb + t] = 0
+    k, end = first, first + count
+    while k + 3 <= end:
         w0, w1, w2 = wf[_U(wb + taps[k])], wf[_U(wb + taps[k + 1])], wf[_U(wb + taps[k + 2])]
-        _taps3(yf, _U(0), xf, _U(offs[k]), _U(offs[k + 1]), _U(offs[k + 2]), w0, w1, w2, n)
+        _taps3(yf, yb, xf, _U(offs[k]), _U(offs[k + 1]), _U(offs[k + 2]), w0, w1, w2, n)
         k += 3
-    while k < count:
-        _axpy(yf, _U(0), xf, _U(offs[k]), wf[_U(wb + taps[k])], n)
+    while k < end:
+        _axpy(yf, yb, xf, _U(offs[k]), wf[_U(wb + taps[k])], n)
         k += 1
 
 
@@ -206,7 +216,7 @@ def _forward(x: Any, w: Any, y: Any, geo: Any, m: int) -> None:
             _phase_planes(phases, xf, p * H * W, H, W, sh, sw, oa_lo, ob_lo, Hb, Wb, span)
             for k in range(m):
                 o = c * m + k
-                _tap_pass(ybuf, _U(Ho * Wb), phases, offs, taps, kh * kw, wf, o * kh * kw, True)
+                _tap_pass(ybuf, _U(0), _U(Ho * Wb), phases, offs, taps, 0, kh * kw, wf, o * kh * kw, True)
                 _rows_into(yf, (n * O + o) * Ho * Wo, Wo, ybuf, 0, Wb, Ho)
 
 
@@ -229,13 +239,14 @@ def _backward(
     # dx's phase (pa, pb) takes the taps of that phase: its cell (u, v) is input cell
     # (sh*(u + oa_lo) + pa, sw*(v + ob_lo) + pb), which tap (i, j) reaches from dy's cell
     # (u, v) - (its offset): per phase, the taps in (i, j) order with their offsets into dy.
+    kk = kh * kw
     ntap = np.zeros(sh * sw, np.int64)
-    dtaps = np.empty((sh * sw, kh * kw), np.int64)
-    doffs = np.empty((sh * sw, kh * kw), np.int64)
+    dtaps = np.empty(sh * sw * kk, np.int64)  # phase f's taps from f*kk on
+    doffs = np.empty(sh * sw * kk, np.int64)
     for t in range(kh * kw):
         f = phase[t]
-        dtaps[f, ntap[f]] = t
-        doffs[f, ntap[f]] = g0 - cell[t]  # >= 0: g0 is past the farthest reach
+        dtaps[f * kk + ntap[f]] = t
+        doffs[f * kk + ntap[f]] = g0 - cell[t]  # >= 0: g0 is past the farthest reach
         ntap[f] += 1
     # One input channel per iteration: its dx planes and the dw of its m output channels, so
     # that no two threads write the same cell and dw needs no reduction across threads.
@@ -259,8 +270,8 @@ def _backward(
                         _lanes(part, at, gp, _U(g0), phases, _U(offs[t]), _U(lanes))
                 if need_dx:
                     for f in range(sh * sw):
-                        out = dph[f * Hb * Wb : (f + 1) * Hb * Wb]
-                        _tap_pass(out, _U(Hb * Wb), gp, doffs[f], dtaps[f], ntap[f], wf, o * kh * kw, k == 0)
+                        at, nt = _U(f * Hb * Wb), _U(Hb * Wb)
+                        _tap_pass(dph, at, nt, gp, doffs, dtaps, f * kk, ntap[f], wf, o * kk, k == 0)
             if need_dx:
                 _from_phases(dxf, xb, H, W, sh, sw, oa_lo, ob_lo, Hb, Wb, dph)
         if need_dw:
