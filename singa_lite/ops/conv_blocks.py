@@ -24,6 +24,7 @@ the whole geometry of one call. Strategies are chosen by ``ops.conv_select.selec
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from math import prod
 from typing import Any, NamedTuple
 
@@ -45,7 +46,7 @@ class Geometry2d(NamedTuple):
     group: int
 
 
-class Plan:
+class Plan(ABC):
     """One strategy's run of one convolution: ``forward`` keeps what its ``backward`` needs.
 
     Forward-only strategies (inference) leave ``backward`` undefined: the engine selects them
@@ -56,8 +57,9 @@ class Plan:
         self.xp = xp
         self.kernel, self.stride, self.dilation, self.pads, self.out_hw, self.group = geo
 
+    @abstractmethod
     def forward(self, x: Any, W: Any, b: Any) -> Any:
-        raise NotImplementedError
+        """The convolution's output; keeps what ``backward`` needs."""
 
     def backward(self, dy: Any, need_x: bool, need_W: bool) -> tuple[Any, Any]:
         raise TypeError(f"{type(self).__name__} runs inference only: it has no backward")
