@@ -21,6 +21,7 @@ is recorded again.
 from __future__ import annotations
 
 import os
+import traceback
 import warnings
 from collections.abc import Sequence
 from numbers import Integral
@@ -357,7 +358,7 @@ class _Graph:
                 return
             except Exception as e:  # any failure means: replay without a graph
                 self._failed = g  # its memory may back arrays the failed capture made
-                reason = f"{type(e).__name__}: {e}"
+                reason = f"{type(e).__name__}: {e}{_raised_at(e)}"
             finally:
                 for r in rngs:
                     del r._capture_start
@@ -469,3 +470,14 @@ def _describe(args: tuple, keys: tuple = ()) -> str:
 
 
 __all__ = ["Model"]
+
+
+def _raised_at(e: BaseException) -> str:
+    """`` (at ops/attention.py:228 backward)``: the innermost singa_lite frame that raised ``e``,
+    so that a refused capture names the operation to fix; empty when none is ours."""
+    frames = traceback.extract_tb(e.__traceback__)
+    ours = [f for f in frames if "/singa_lite/" in f.filename.replace(os.sep, "/")]
+    if not ours:
+        return ""
+    f = ours[-1]
+    return f" (at {f.filename.replace(os.sep, '/').rsplit('/singa_lite/', 1)[-1]}:{f.lineno} {f.name})"

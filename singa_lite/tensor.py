@@ -579,9 +579,12 @@ def from_numpy(np_array: Any, dev: _device.Device | None = None) -> Tensor:
 _SINGA_NARROWED = {np.dtype(np.float64): np.dtype(np.float32), np.dtype(np.int64): np.dtype(np.int32)}
 
 
-def to_numpy(t: Tensor) -> np.ndarray:
-    """A NumPy copy of ``t``'s values (from any device)."""
-    return np.array(t.__array__(), copy=True)
+def to_numpy(t: Tensor | Any) -> np.ndarray:
+    """A NumPy copy of ``t``'s values: a Tensor's, or an array's (an optimizer's state) from
+    any device."""
+    if isinstance(t, Tensor):
+        return np.array(t.__array__(), copy=True)
+    return np.array(_backend.to_host(t), copy=True)
 
 
 def to_host(t: Tensor) -> Tensor:

@@ -44,6 +44,17 @@ def dev(request: pytest.FixtureRequest) -> device.Device:
 
 
 @pytest.fixture(autouse=True)
+def _no_device_error_left_over() -> object:
+    """A device check that a test leaves pending (an error on the GPU it never read back) fails
+    that test's teardown, not the next test that happens to read an array on the worker."""
+    yield
+    from singa_lite.backend import cupy as cupy_backend
+
+    if cupy_backend.AVAILABLE:
+        cupy_backend.raise_deferred()
+
+
+@pytest.fixture(autouse=True)
 def _training_off() -> object:
     """Each test starts with autograd.training off and leaves it that way."""
     autograd.training = False

@@ -225,7 +225,10 @@ class ScaledDotProductAttention(Operator):
         do = dy.reshape(self.out.shape).astype(acc, copy=False)
         # Softmax's Jacobian needs sum_j p_j dp_j per row, which equals <dO, O> (with dropout
         # too, since O is built from the dropped probabilities).
-        rowdot = xp.einsum("...i,...i->...", do, self.out)[..., None]  # no (rows, Ev) temporary
+        if xp is np:
+            rowdot = xp.einsum("...i,...i->...", do, self.out)[..., None]  # no (rows, Ev) temporary
+        else:  # CuPy's einsum multiplies through cuBLAS, which a CUDA-graph capture refuses
+            rowdot = (do * self.out).sum(axis=-1, keepdims=True)
         # One block over every key (short contexts) writes each gradient whole: no zeros first.
         whole = len(self.blocks) == 1 and self.blocks[0] == (0, self.k.shape[2])
         dq: Any = None

@@ -16,7 +16,7 @@ import numpy as np
 
 from singa_lite import _args, backend
 from singa_lite.autograd import Operator
-from singa_lite.errors import DTypeError
+from singa_lite.errors import DTypeError, ShapeError
 from singa_lite.ops._util import normalize_axis
 from singa_lite.ops.indexing import _fold_runs, _runs
 from singa_lite.tensor import Tensor
@@ -383,8 +383,14 @@ class ReverseSequence(Operator):
 
 
 # -- functions ---------------------------------------------------------------------------------
-def _indices(like: Tensor, indices: Any) -> Tensor:
-    """``indices`` (list, array or Tensor) as an integer tensor on ``like``'s device."""
+def _indices(like: Tensor, indices: Any, tuples_of: tuple[str, int] | None = None) -> Tensor:
+    """``indices`` (list, array or Tensor) as an integer tensor on ``like``'s device.
+
+    ``tuples_of = (op name, first axis)``: the last axis of ``indices`` holds index tuples into
+    ``like``'s axes from that one on. Given on the host, those are range-checked here, before
+    upload, where it costs no device read and the error can name the index; a device Tensor's
+    are checked by the op where they are (the error then comes at the next host read).
+    """
     dev = like.device
     if isinstance(indices, Tensor):
         if indices.device == dev:
@@ -395,7 +401,24 @@ def _indices(like: Tensor, indices: Any) -> Tensor:
         if host.size:
             raise DTypeError(f"indices must be integers or booleans, got dtype {host.dtype}")
         host = host.astype(np.int64)
+    if tuples_of is not None:
+        _check_tuples(*tuples_of, host, like.shape)
     return Tensor._wrap(dev.backend.from_numpy(host, dev.id()), dev, False, None, 0)
+
+
+def _check_tuples(name: str, first: int, host: np.ndarray, shape: tuple) -> None:
+    dims = shape[first:]
+    if host.ndim == 0 or host.size == 0 or host.dtype.kind not in "iu" or host.shape[-1] > len(dims):
+        return  # nothing to check, or a shape the op itself reports
+    n = np.asarray(dims[: host.shape[-1]], dtype=np.int64)
+    bad = (host < -n) | (host >= n)
+    if bad.any():
+        at = tuple(int(i) for i in np.argwhere(bad)[0])
+        size = int(n[at[-1]])
+        raise ShapeError(
+            f"{name}: index {int(host[at])} is out of range [{-size}, {size}) for axis {first + at[-1]} "
+            f"(input shape {tuple(shape)}, indices shape {host.shape})"
+        )
 
 
 def gather_nd(x: Tensor, indices: Any, batch_dims: int = 0) -> Tensor:
@@ -407,13 +430,13 @@ def gather_nd(x: Tensor, indices: Any, batch_dims: int = 0) -> Tensor:
     [2.0, 1.0]
     """
     x = _args.tensor("gather_nd", "x", x)
-    return GatherND(batch_dims)(x, _indices(x, indices))[0]
+    return GatherND(batch_dims)(x, _indices(x, indices, ("GatherND", batch_dims)))[0]
 
 
 def scatter_nd(x: Tensor, indices: Any, updates: Tensor, reduction: str = "none") -> Tensor:
     """ONNX ScatterND: a copy of ``x`` with ``updates`` written (or reduced) at index tuples."""
     x = _args.tensor("scatter_nd", "x", x)
-    return ScatterND(reduction)(x, _indices(x, indices), updates)[0]
+    return ScatterND(reduction)(x, _indices(x, indices, ("ScatterND", 0)), updates)[0]
 
 
 def tensor_scatter(

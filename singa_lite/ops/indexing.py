@@ -276,6 +276,8 @@ def _index_tensor(op: _Indexed, indices: Any, x: Tensor, axis: int, opname: str)
     already live on the device: ``op`` checks those itself.
     """
     dev = _args.tensor(opname, "x", x).device
+    if dev.backend.name != "numpy" and backend.backend_of(indices) is dev.backend:
+        indices = Tensor._wrap(indices, dev, False, None, 0)  # an array already on the device
     if isinstance(indices, Tensor) and indices.device == dev:
         if indices.dtype.kind not in "iu":
             raise DTypeError(f"{opname}: indices must be integers, got dtype {indices.dtype}")

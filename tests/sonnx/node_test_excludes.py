@@ -61,3 +61,12 @@ RANDOM_VALUES = {
     for case in ("", "_double", "_seed", "_expanded", "_double_expanded", "_seed_expanded")
 }
 EXCLUDES.update(RANDOM_VALUES)
+
+# On CUDA only (tools/gpu_run/onnx_node_cuda.py): expected values that carry NumPy's own float32
+# roundings. test_dft_inverse's output is exact integers and zeros plus pocketfft's float32 noise
+# (1.9e-7 where the exact value is 0, under an atol of 1e-7): NumPy reproduces it bit for bit,
+# cuFFT's float32 transform (and an exact float64 one) rounds elsewhere by the same order.
+CUDA_EXCLUDES = {
+    name: "expected values carry NumPy's float32 FFT rounding (1.9e-7 at exact zeros, atol 1e-7)"
+    for name in ("test_dft_inverse", "test_dft_inverse_opset19")
+}

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from node_test_excludes import EXCLUDES, RANDOM_VALUES, UNSUPPORTED_TYPES
+from node_test_excludes import CUDA_EXCLUDES, EXCLUDES, RANDOM_VALUES, UNSUPPORTED_TYPES
 from onnx import TensorProto, numpy_helper
 
 from singa_lite.errors import OnnxError
@@ -54,9 +54,10 @@ def _array(v: Any) -> np.ndarray:
     return numpy_helper.to_array(v) if isinstance(v, TensorProto) else np.asarray(v)
 
 
-def run_case(case: Any) -> None:
-    """Run one case and compare as ``onnx.backend.test`` does: count, shape, dtype, values."""
-    rep = SingaBackend.prepare(case.model)
+def run_case(case: Any, device: str = "CPU") -> None:
+    """Run one case and compare as ``onnx.backend.test`` does: count, shape, dtype, values
+    (``device="CUDA"``: the GPU run, ``tools/gpu_run/onnx_node_cuda.py``)."""
+    rep = SingaBackend.prepare(case.model, device)
     for inputs, expected in case.data_sets:
         got = rep.run([_value(v) for v in inputs])
         assert len(got) == len(expected)
@@ -105,7 +106,7 @@ def test_node(name: str) -> None:
 
 def test_excludes_are_real_cases() -> None:
     """The exclude list names only cases that exist (a stale entry would hide nothing)."""
-    assert set(EXCLUDES) <= set(node_cases())
+    assert set(EXCLUDES) | set(CUDA_EXCLUDES) <= set(node_cases())
 
 
 def test_design_ops_pass_rate(capsys: pytest.CaptureFixture) -> None:

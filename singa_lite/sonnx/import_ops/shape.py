@@ -82,7 +82,11 @@ def Cast(n: Node, x: Tensor) -> Tensor:
     from onnx.reference.ops.op_cast import cast_to  # the spec's rounding, saturation, round modes
 
     saturate, mode = bool(n.attr("saturate", 1)), n.attr("round_mode", "up")
-    widened = ops.cast(x, held)  # float32 for the floats, int64 for int4: the held type
+    if held.kind in "iu" and x.dtype.kind == "f":
+        # A float out of an integer type's range has no defined conversion (x86 wraps, CUDA
+        # saturates); through int64 it truncates, then wraps as ONNX's int4/int2 casts do.
+        x = ops.cast(x, np.int64)
+    widened = ops.cast(x, held)  # float32 for the floats, int8/uint8 for int4/uint4: the held type
     return ops.round_to(widened, lambda a: cast_to(a, to, saturate, mode).astype(held))
 
 
