@@ -335,10 +335,11 @@ def test_kernels_match_the_plain_path(dev, monkeypatch, g, n, dtype, transpose) 
     on = _grads_run(fn, arrays, dev, monkeypatch, "1")
     launched = len(calls)
     off = _grads_run(fn, arrays, dev, monkeypatch, "0")
-    # A 1x1 kernel at stride 1, unpadded, one group is a plain product in 1-D and 2-D: no columns.
-    pointwise = not transpose and n <= 2 and g["k"] == 1 and g["s"] == 1 and not any(map(any, pads))
-    pointwise = pointwise and g["group"] == 1
-    assert len(calls) == launched and (launched > 0) == (dev.is_gpu() and n <= 3 and not pointwise)
+    # In 1-D and 2-D, a depthwise conv (one input channel a group) works by taps, and a 1x1
+    # kernel at stride 1, unpadded, one group is a plain product: neither makes columns.
+    plain = g["k"] == 1 and g["s"] == 1 and not any(map(any, pads)) and g["group"] == 1
+    no_columns = not transpose and n <= 2 and (plain or (g["cg"] == 1 and g["group"] > 1))
+    assert len(calls) == launched and (launched > 0) == (dev.is_gpu() and n <= 3 and not no_columns)
     tol = 1e-5 if dtype == np.float32 else 1e-10
     for kernel, plain in zip(on, off):
         assert kernel.dtype == plain.dtype == dtype and kernel.shape == plain.shape

@@ -82,17 +82,20 @@ def Cast(n: Node, x: Tensor) -> Tensor:
     from onnx.reference.ops.op_cast import cast_to  # the spec's rounding, saturation, round modes
 
     saturate, mode = bool(n.attr("saturate", 1)), n.attr("round_mode", "up")
-    if held.kind in "iu" and x.dtype.kind == "f":
-        # A float out of an integer type's range has no defined conversion (x86 wraps, CUDA
-        # saturates); through int64 it truncates, then wraps as ONNX's int4/int2 casts do.
-        x = ops.cast(x, np.int64)
-    widened = ops.cast(x, held)  # float32 for the floats, int8/uint8 for int4/uint4: the held type
+    widened = ops.cast(_integral(x, held), held)  # float32 for the floats, (u)int8 for (u)int4
     return ops.round_to(widened, lambda a: cast_to(a, to, saturate, mode).astype(held))
 
 
 def CastLike(n: Node, x: Tensor, like: Tensor) -> Tensor:
     n.check_size(x.shape, like.dtype)
-    return ops.cast(x, like.dtype)
+    return ops.cast(_integral(x, like.dtype), like.dtype)
+
+
+def _integral(x: Tensor, to: np.dtype) -> Tensor:
+    """``x`` as int64 where a float goes to an integer type: a float out of that type's range
+    has no defined conversion (x86 wraps, CUDA saturates), an int64 one wraps everywhere (as
+    ONNX's int4/int2 casts do). Anything else as it is."""
+    return ops.cast(x, np.int64) if to.kind in "iu" and x.dtype.kind == "f" else x
 
 
 # -- shapes ------------------------------------------------------------------------------------------
