@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from test_model import _train
 
-from singa_lite import device, opt
+from singa_lite import device, model, ops, opt, tensor
 
 OPTIMIZERS = {
     "sgd-momentum": lambda: opt.SGD(lr=0.05, momentum=0.9),
@@ -57,3 +57,15 @@ def test_no_capture_on_the_cpu():
         _, _, m = _train(True, opt.SGD(lr=0.05, momentum=0.9), steps=5, dev=device.create_cpu_device())
     assert m._graph.cuda_graph is None and m._graph.capture_refusal == ""
     assert m._graph.replays == 4
+
+
+def test_a_refused_capture_names_the_line_that_refused():
+    """The fallback warning's reason ends with the innermost singa_lite frame of the error
+    (``model._raised_at``), so a user can see which operation a capture could not contain."""
+    try:
+        ops.reshape(tensor.from_numpy(np.zeros((2, 3), np.float32)), (4, 4))
+    except Exception as e:  # any error: its site is what is checked
+        where = model._raised_at(e)
+    assert where.startswith(" (at ops/") and where.endswith(")"), where
+    assert ":" in where.split()[1], where
+    assert model._raised_at(ValueError("raised outside singa_lite")) == ""

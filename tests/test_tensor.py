@@ -219,3 +219,12 @@ def test_truth_value_follows_numpy_for_one_element_and_singa_otherwise():
     labels = tensor.from_numpy(np.zeros((4, 1), np.int32))
     with pytest.warns(UserWarning, match="is True, as any tensor object is in SINGA"):
         assert labels  # SINGA scripts write `if labels:` for "is not None"
+
+
+def test_to_numpy_of_a_plain_array_is_a_copy():
+    """``tensor.to_numpy`` also takes an array (an optimizer's slot, on any device)."""
+    arr = np.arange(6, dtype=np.float32).reshape(2, 3)
+    got = tensor.to_numpy(arr)
+    np.testing.assert_array_equal(got, arr)
+    got[0, 0] = 7
+    assert arr[0, 0] == 0
