@@ -59,6 +59,11 @@ def available() -> bool:
     return _numba_imports
 
 
+_FLOATS = frozenset((np.dtype(np.float32), np.dtype(np.float64)))
+"""The kernels' dtypes, as dtype objects: a set lookup costs ~0.05 us, ``dtype.name`` ~2 us,
+and ops ask :func:`usable` several times a step."""
+
+
 def usable(xp: Any, *arrays: Any) -> bool:
     """Whether the kernels can take ``arrays``: NumPy arrays of one dtype, float32 or float64,
     kernels on and Numba importable. Any layout: the wrappers copy a strided array into a
@@ -70,7 +75,7 @@ def usable(xp: Any, *arrays: Any) -> bool:
     if xp is not np or not enabled():
         return False
     dtype = arrays[0].dtype
-    if dtype.name not in ("float32", "float64"):
+    if dtype not in _FLOATS:
         return False
     if any(not isinstance(a, np.ndarray) or a.dtype != dtype for a in arrays):
         return False
