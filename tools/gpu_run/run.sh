@@ -60,7 +60,7 @@ tar -C "$PWD/.gpu_cache" -czf "$OUT/cupy_kernel_cache.tar.gz" cupy 2>/dev/null
   grep -oE '(FAILED|ERROR) tests/[^ ]+' "$OUT/pytest_gpu.txt" | sort -u | head -80
   grep -E '^SKIPPED' "$OUT/pytest_gpu.txt" | cut -c1-200 | head -20
   tail -3 "$OUT/pytest_gpu.txt"
-  echo "== ONNX node cases on CUDA"; grep -E '^(FAIL|UNEXPECTED)' "$OUT/onnx_node_cuda.txt" | cut -c1-160 | head -40; tail -3 "$OUT/onnx_node_cuda.txt"
+  echo "== ONNX node cases on CUDA"; grep -E '^(FAIL|UNEXPECTED|EXCLUDED)' "$OUT/onnx_node_cuda.txt" | cut -c1-160 | head -40; tail -3 "$OUT/onnx_node_cuda.txt"
   echo "== benchmarks"; cat "$OUT/bench.txt"
   stamp "done"
 } > "$OUT/summary.txt" 2>&1
