@@ -407,6 +407,7 @@ def _indices(like: Tensor, indices: Any, tuples_of: tuple[str, int] | None = Non
 
 
 def _check_tuples(name: str, first: int, host: np.ndarray, shape: tuple) -> None:
+    """``ShapeError`` naming the first index of the host tuples ``host`` outside its axis."""
     dims = shape[first:]
     if host.ndim == 0 or host.size == 0 or host.dtype.kind not in "iu" or host.shape[-1] > len(dims):
         return  # nothing to check, or a shape the op itself reports
