@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import numpy as np  # dtype objects and "is this NumPy"; array math goes through the device's xp
+import numpy as np  # dtype objects only; array math goes through the device's xp
 
 from singa_lite import _args, autograd
 from singa_lite.errors import ArgumentError, DeviceError
@@ -64,8 +64,7 @@ def clip_grad_norm(grads: Sequence[Tensor], max_norm: float) -> tuple[list[Tenso
     total = xp.zeros((), acc)
     for g in grads:
         flat = g.data.reshape(-1).astype(acc, copy=False)
-        # CuPy's 1-D dot is a cuBLAS call, which a CUDA-graph capture refuses (backend/cupy_blas.py)
-        total += xp.dot(flat, flat) if xp is np else (flat * flat).sum()
+        total += xp.dot(flat, flat)
     norm = xp.sqrt(total)
     coef = xp.minimum(acc.type(limit) / (norm + acc.type(EPS)), acc.type(1))
     scaled = [Tensor._wrap(g.data * coef.astype(g.dtype), dev, False, None, 0) for g in grads]

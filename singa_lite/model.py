@@ -469,9 +469,6 @@ def _describe(args: tuple, keys: tuple = ()) -> str:
     )
 
 
-__all__ = ["Model"]
-
-
 def _raised_at(e: BaseException) -> str:
     """`` (at ops/attention.py:228 backward)``: the innermost singa_lite frame that raised ``e``,
     so that a refused capture names the operation to fix; empty when none is ours."""
@@ -481,3 +478,6 @@ def _raised_at(e: BaseException) -> str:
         return ""
     f = ours[-1]
     return f" (at {f.filename.replace(os.sep, '/').rsplit('/singa_lite/', 1)[-1]}:{f.lineno} {f.name})"
+
+
+__all__ = ["Model"]

@@ -7,7 +7,8 @@ a graph. cuBLAS itself supports capture when the handle has a fixed workspace. C
 ``cublasGemmStridedBatchedEx`` ourselves also costs less host time per product than CuPy's
 path (measured on an H200: 17 us vs 29 us per small product).
 
-Only what the ops need is covered: float16/32/64 operands of two or more dimensions, batch
+Only what the ops need is covered: float16/32/64 operands of two or more dimensions (and 1-D
+vectors, whose dot product is a reduction), batch
 axes equal on both sides or present on one. Anything else goes to CuPy's own function, which
 is right everywhere except inside a capture (the capture then fails and graph mode falls back
 to replaying without a graph, saying why).
@@ -130,6 +131,8 @@ class Blas:
     def dot(self, a: Any, b: Any, out: Any = None) -> Any:
         if getattr(a, "ndim", 0) == 2 and getattr(b, "ndim", 0) == 2:
             return self.matmul(a, b, out=out)
+        if out is None and getattr(a, "ndim", 0) == 1 and getattr(b, "ndim", 0) == 1:
+            return (a * b).sum()  # CuPy's 1-D dot is a cuBLAS call too; a reduction captures
         return self.cp.dot(a, b, out=out)
 
     def tensordot(self, a: Any, b: Any, axes: Any = 2) -> Any:

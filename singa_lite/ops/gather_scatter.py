@@ -45,19 +45,20 @@ def _int_index(op: Operator, idx: Any, what: str = "indices") -> Any:
     return idx.astype(np.int64, copy=False)
 
 
-def _wrap_checked(op: Operator, idx: Any, sizes: Any, x: Any) -> Any:
+def _wrap_checked(op: GatherND | ScatterND, idx: Any, sizes: Any, x: Any) -> Any:
     """``idx`` (last axis: one index per dim of ``sizes``) with negatives counted from the end;
     ``ShapeError`` where one lies outside ``[-n, n)``."""
     if idx.size == 0:
         return idx
     xp = op.xp
     n = xp.asarray(sizes, dtype=np.int64)
-    bad = ((idx < -n) | (idx >= n)).any()
+    if not op.indices_checked:  # host-given indices were checked before upload (``_indices``)
+        bad = ((idx < -n) | (idx >= n)).any()
 
-    def error() -> Exception:
-        return op.error(f"an index is out of range for the dims {tuple(int(s) for s in sizes)}", x, idx)
+        def error() -> Exception:
+            return op.error(f"an index is out of range for the dims {tuple(int(s) for s in sizes)}", x, idx)
 
-    backend.check(bad, f"{op.name}: indices in range", error)
+        backend.check(bad, f"{op.name}: indices in range", error)
     return xp.where(idx < 0, idx + n, idx)
 
 
@@ -72,6 +73,8 @@ def _flat_rows(xp: Any, idx: Any, sizes: tuple) -> Any:
 class GatherND(Operator):
     """ONNX GatherND: slices of ``x`` picked by index tuples along the last axis of ``indices``,
     after ``batch_dims`` leading axes that ``x`` and ``indices`` share."""
+
+    indices_checked = False  # set by ``_indices`` when it checked host-given indices
 
     def __init__(self, batch_dims: int = 0) -> None:
         super().__init__()
@@ -113,6 +116,7 @@ class ScatterND(Operator):
     """
 
     UFUNCS = {"add": "add", "mul": "multiply", "max": "maximum", "min": "minimum"}
+    indices_checked = False  # set by ``_indices`` when it checked host-given indices
 
     def __init__(self, reduction: str = "none") -> None:
         super().__init__()
@@ -383,13 +387,14 @@ class ReverseSequence(Operator):
 
 
 # -- functions ---------------------------------------------------------------------------------
-def _indices(like: Tensor, indices: Any, tuples_of: tuple[str, int] | None = None) -> Tensor:
+def _indices(like: Tensor, indices: Any, tuples_for: tuple[Any, int] | None = None) -> Tensor:
     """``indices`` (list, array or Tensor) as an integer tensor on ``like``'s device.
 
-    ``tuples_of = (op name, first axis)``: the last axis of ``indices`` holds index tuples into
+    ``tuples_for = (op, first axis)``: the last axis of ``indices`` holds index tuples into
     ``like``'s axes from that one on. Given on the host, those are range-checked here, before
-    upload, where it costs no device read and the error can name the index; a device Tensor's
-    are checked by the op where they are (the error then comes at the next host read).
+    upload, where it costs no device read and the error can name the index, and ``op`` is told
+    so; a device Tensor's are checked by the op where they are (the error then comes at the
+    next host read).
     """
     dev = like.device
     if isinstance(indices, Tensor):
@@ -401,16 +406,18 @@ def _indices(like: Tensor, indices: Any, tuples_of: tuple[str, int] | None = Non
         if host.size:
             raise DTypeError(f"indices must be integers or booleans, got dtype {host.dtype}")
         host = host.astype(np.int64)
-    if tuples_of is not None:
-        _check_tuples(*tuples_of, host, like.shape)
+    if tuples_for is not None:
+        op, first = tuples_for
+        op.indices_checked = _check_tuples(op.name, first, host, like.shape)
     return Tensor._wrap(dev.backend.from_numpy(host, dev.id()), dev, False, None, 0)
 
 
-def _check_tuples(name: str, first: int, host: np.ndarray, shape: tuple) -> None:
-    """``ShapeError`` naming the first index of the host tuples ``host`` outside its axis."""
+def _check_tuples(name: str, first: int, host: np.ndarray, shape: tuple) -> bool:
+    """``ShapeError`` naming the first index of the host tuples ``host`` outside its axis;
+    whether they were checked (not: a shape or dtype the op itself reports)."""
     dims = shape[first:]
     if host.ndim == 0 or host.size == 0 or host.dtype.kind not in "iu" or host.shape[-1] > len(dims):
-        return  # nothing to check, or a shape the op itself reports
+        return False
     n = np.asarray(dims[: host.shape[-1]], dtype=np.int64)
     bad = (host < -n) | (host >= n)
     if bad.any():
@@ -420,6 +427,7 @@ def _check_tuples(name: str, first: int, host: np.ndarray, shape: tuple) -> None
             f"{name}: index {int(host[at])} is out of range [{-size}, {size}) for axis {first + at[-1]} "
             f"(input shape {tuple(shape)}, indices shape {host.shape})"
         )
+    return True
 
 
 def gather_nd(x: Tensor, indices: Any, batch_dims: int = 0) -> Tensor:
@@ -431,13 +439,15 @@ def gather_nd(x: Tensor, indices: Any, batch_dims: int = 0) -> Tensor:
     [2.0, 1.0]
     """
     x = _args.tensor("gather_nd", "x", x)
-    return GatherND(batch_dims)(x, _indices(x, indices, ("GatherND", batch_dims)))[0]
+    op = GatherND(batch_dims)
+    return op(x, _indices(x, indices, (op, batch_dims)))[0]
 
 
 def scatter_nd(x: Tensor, indices: Any, updates: Tensor, reduction: str = "none") -> Tensor:
     """ONNX ScatterND: a copy of ``x`` with ``updates`` written (or reduced) at index tuples."""
     x = _args.tensor("scatter_nd", "x", x)
-    return ScatterND(reduction)(x, _indices(x, indices, ("ScatterND", 0)), updates)[0]
+    op = ScatterND(reduction)
+    return op(x, _indices(x, indices, (op, 0)), updates)[0]
 
 
 def tensor_scatter(
