@@ -18,13 +18,14 @@ Like every pass it serves ``SingaRep``'s whole-graph runs only: a ``SONNXModel``
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from singa_lite import backend
 from singa_lite.autograd import Operator
 from singa_lite.errors import SingaLiteError
-from singa_lite.ops import activation, conv_infer, elementwise, indexing, linalg
+from singa_lite.ops import activation, conv_infer, indexing, linalg
 from singa_lite.ops import shape as shape_ops
 from singa_lite.sonnx.import_ops import HANDLERS, nn
 from singa_lite.sonnx.import_ops.base import Node
@@ -67,6 +68,56 @@ class _Direct:
         if not isinstance(y, xp.ndarray):  # NumPy answers 0-d arithmetic with a scalar
             y = xp.asarray(y)
         return Tensor._wrap(y, dev, False, None, 0)
+
+
+class _Pure:
+    """A node whose operator's ``forward`` is a function of its float arrays alone (an
+    arithmetic ufunc, an activation): ``func(xp, *arrays)`` is called with no operator at
+    all, the same expression ``forward`` evaluates. Other inputs, a dtype mismatch or an
+    error (operands that do not broadcast) run the node's handler, which says what is wrong."""
+
+    def __init__(self, fn: Callable, func: Callable, arity: int) -> None:
+        self.fn, self.func, self.arity = fn, func, arity
+
+    def __call__(self, node: Node, *args: Any) -> Any:
+        first = args[0]
+        if len(args) != self.arity or type(first) is not Tensor:
+            return self.fn(node, *args)
+        x = first.data
+        dtype = x.dtype
+        if dtype.kind != "f":
+            return self.fn(node, *args)
+        dev = first.device
+        dev.activate()
+        xp = dev.xp
+        if self.arity == 1:
+            y = self.func(xp, x)
+        else:
+            second = args[1]
+            if type(second) is not Tensor or second.data.dtype != dtype:
+                return self.fn(node, *args)
+            try:
+                y = self.func(xp, x, second.data)
+            except ValueError:  # shapes that do not broadcast: the handler's error names them
+                return self.fn(node, *args)
+        if type(y) is not xp.ndarray:  # NumPy answers 0-d arithmetic with a scalar
+            y = xp.asarray(y)
+        return Tensor._wrap(y, dev, False, None, 0)
+
+
+def _binary(op: Callable) -> Callable:
+    return lambda xp, a, b: op(a, b)
+
+
+_PURE: dict[str, tuple[Callable, int]] = {  # each as its operator's forward computes it
+    "Add": (_binary(operator.add), 2),
+    "Sub": (_binary(operator.sub), 2),
+    "Mul": (_binary(operator.mul), 2),
+    "Div": (_binary(operator.truediv), 2),  # one float dtype: the quotient keeps it
+    "Relu": (lambda xp, x: xp.maximum(x, 0), 1),
+    "Sigmoid": (activation.sigmoid_array, 1),
+    "Tanh": (lambda xp, x: xp.tanh(x), 1),
+}
 
 
 def _built(op: Operator) -> Callable[[], Operator]:
@@ -186,18 +237,6 @@ class _Conv1d:
         return Tensor._wrap(y.reshape(y.shape[0], y.shape[1], y.shape[3]), x.device, False, None, 0)
 
 
-_ELEMENTWISE: dict[str, Callable[[], Operator]] = {
-    "Add": elementwise.Add,
-    "Sub": elementwise.Sub,
-    "Mul": elementwise.Mul,
-    "Div": elementwise.Div,
-    "Relu": activation.ReLU,
-    "Sigmoid": activation.Sigmoid,
-    "Tanh": activation.Tanh,
-    "MatMul": linalg.MatMul,
-}
-
-
 class DirectOps:
     """Nodes whose operator can be built once run it on their arrays (see the module docstring):
     Add, Sub, Mul, Div, Relu, Sigmoid, Tanh and MatMul on floats; Transpose; Slice, Reshape,
@@ -221,8 +260,10 @@ class DirectOps:
     @staticmethod
     def _direct(program: Program, node: Node, fn: Callable) -> Callable | None:
         op = node.op
-        if op in _ELEMENTWISE and node.n_outputs == 1:
-            return _Direct(fn, _ELEMENTWISE[op])
+        if op in _PURE and node.n_outputs == 1:
+            return _Pure(fn, *_PURE[op])
+        if op == "MatMul" and node.n_outputs == 1:
+            return _Direct(fn, linalg.MatMul)
         if op == "Transpose":
             perm = node.attr("perm")
             return _Transposed(fn, None if perm is None else list(perm))

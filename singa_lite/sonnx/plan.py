@@ -10,7 +10,9 @@ everything about a run that the graph alone decides is worked out when the plan 
 - the slots to free after each step (intermediates whose last reader it is, never the graph
   outputs, ``aux_output`` or constants) are listed per step;
 - the type check (:class:`~singa_lite.sonnx.validate.InputTypes`) is kept only for the steps
-  whose schema constrains some input, and the size precheck (:func:`limits.precheck`) only for
+  whose schema constrains some input, and only until a run has passed them all: ONNX types are
+  static, so every value's dtype follows from the input dtypes, and later runs on inputs of
+  the same dtypes skip the checks; the size precheck (:func:`limits.precheck`) is kept only for
   the operators it bounds;
 - ``Limits.max_total_bytes`` is kept by a running total over a list of slot sizes;
 - an error inside a step names its node as ``Program._call`` does (``while running ONNX ...``),
@@ -23,7 +25,8 @@ were replaced (``fusion.optimize`` rewrites a copy before any run).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from operator import itemgetter
 from typing import TYPE_CHECKING, Any
 
 from singa_lite.errors import OnnxError, SingaLiteError
@@ -93,8 +96,11 @@ class Plan:
             # one named output, the first: the common case gets a shorter path in run()
             single = outs[0][1] if len(outs) == 1 and outs[0][0] == 0 else -1
             pre = _Precheck(node, program.limits) if node.op in _PRECHECKED else None
-            steps.append((program.handlers[k], node, ins, outs, single, frees, types, pre))
+            steps.append((program.handlers[k], node, _getter(ins), outs, single, frees, types, pre))
         self.steps = steps
+        # The same steps without their type checks, for runs on the input dtypes that passed them.
+        self.unchecked = [(*step[:6], None, step[7]) for step in steps]
+        self.checked_dtypes: tuple | None = None
         self.results = [slot_of(n) for n in names]
         self.aux = [(a, slot_of(a)) for a in aux_output]
         self.aux_names = set(aux_output)
@@ -130,21 +136,38 @@ class Plan:
         missing = [name for name, s in self.external if vals[s] is UNSET and name not in self.aux_names]
         if missing:
             raise OnnxError(f"no value was given for {missing}, which the graph reads")
-        self._execute(vals)
+        dtypes = self._dtypes(vals)
+        if dtypes is not None and dtypes == self.checked_dtypes:
+            self._execute(vals, self.unchecked)
+        else:
+            self._execute(vals, self.steps)
+            if dtypes is not None:  # every check passed
+                self.checked_dtypes = dtypes
         absent = [a for a, s in self.aux if vals[s] is UNSET]
         if absent:
             raise OnnxError(f"aux_output {absent} are not tensors computed before the cut")
         return [vals[s] for s in self.results] + [vals[s] for _, s in self.aux]
 
-    def _execute(self, vals: list[Any]) -> None:
+    def _dtypes(self, vals: list[Any]) -> tuple | None:
+        """The dtypes of the values a run reads from its feeds and variables, or None where
+        one is not a tensor (a sequence: its checks are not skipped)."""
+        dtypes = []
+        for _, s in self.external:
+            v = vals[s]
+            if type(v) is not Tensor:
+                return None
+            dtypes.append(v.data.dtype)
+        return tuple(dtypes)
+
+    def _execute(self, vals: list[Any], steps: list[tuple]) -> None:
         sizes = [0] * len(vals)  # bytes of the values the steps made (limits.max_total_bytes)
         live = 0
         limits = self.limits
         most = limits.max_total_bytes
         node = None
         try:
-            for fn, node, ins, outs, single, frees, types, pre in self.steps:
-                args = [vals[i] for i in ins]
+            for fn, node, get, outs, single, frees, types, pre in steps:
+                args = get(vals)
                 if types is not None:
                     types.check(args)
                 if pre is not None:
@@ -180,6 +203,14 @@ class Plan:
             raise OnnxError(f"{node}: {type(e).__name__}: {e}") from e
 
 
+def _getter(ins: tuple[int, ...]) -> Callable[[list], Sequence]:
+    """A function of the slot list giving a step's arguments, one C call: ``itemgetter``
+    answers a tuple for two slots or more, a slice a list for fewer."""
+    if len(ins) >= 2:
+        return itemgetter(*ins)
+    return itemgetter(slice(ins[0], ins[0] + 1) if ins else slice(0, 0))
+
+
 class _Precheck:
     """``limits.precheck`` of one node, remembering the input shapes and dtypes that passed
     last (the answer follows from them and the node's attributes alone)."""
@@ -188,11 +219,12 @@ class _Precheck:
         self.node, self.limits = node, limits
         self.passed: tuple | None = None
 
-    def __call__(self, args: list[Any]) -> None:
-        if not all(type(a) is Tensor for a in args):  # an omitted input, a sequence: checked each time
+    def __call__(self, args: Sequence[Any]) -> None:
+        try:
+            key = tuple([(a.data.shape, a.data.dtype) for a in args])
+        except AttributeError:  # an omitted input, a sequence: checked each time
             _limits.precheck(self.node, args, self.limits)
             return
-        key = tuple([(a.data.shape, a.data.dtype) for a in args])
         if key != self.passed:
             _limits.precheck(self.node, args, self.limits)
             self.passed = key

@@ -317,7 +317,61 @@ def _direct_same(model: object, x: np.ndarray) -> object:
 def test_streaming_model_runs_direct_steps() -> None:
     rep = prepare(streaming_model(2))
     kinds = set(_fused_ops(rep))
-    assert {"_Conv1d", "_Sliced", "_Reshaped", "_Transposed", "_Concatenated", "_Direct"} <= kinds
+    assert {"_Conv1d", "_Sliced", "_Reshaped", "_Transposed", "_Concatenated", "_Direct", "_Pure"} <= kinds
+
+
+def test_direct_arithmetic_and_activations() -> None:
+    """Each node run without its operator gives what the operator gives, and where it cannot
+    (operands that do not broadcast) the handler's error, naming the node."""
+    nodes = [
+        helper.make_node("Sub", ["x", "c"], ["a"]),
+        helper.make_node("Div", ["a", "c"], ["b"]),
+        helper.make_node("Sigmoid", ["b"], ["s"]),
+        helper.make_node("Tanh", ["b"], ["t"]),
+        helper.make_node("Mul", ["s", "t"], ["m"]),
+        helper.make_node("Relu", ["m"], ["r"]),
+        helper.make_node("Add", ["r", "x"], ["y"], name="last_add"),
+    ]
+    c = numpy_helper.from_array(np.array([1.5, -2.0, 0.5, 3.0], np.float32), "c")
+    rep = _direct_same(_int_model(nodes, [c], [None, 4], 2), _x((3, 4)))
+    assert _fused_ops(rep).count("_Pure") == 7
+    # 0-d operands, whose arithmetic NumPy answers with scalars: arrays again
+    half = numpy_helper.from_array(np.array(0.5, np.float32), "c")
+    _direct_same(_int_model(nodes, [half], [], 0), np.array(-2.0, np.float32))
+    bad = [helper.make_node("Sub", ["x", "c"], ["y"], name="bad_sub")]
+    with pytest.raises(SingaLiteError, match="bad_sub"):
+        prepare(_int_model(bad, [c], [None, None], 2)).run([_x((3, 5))])
+
+
+def test_type_checks_run_until_a_run_passes_them() -> None:
+    """ONNX types are static: once a run on some input dtypes has passed every step's type
+    check, runs on the same dtypes skip them; other dtypes are checked again."""
+    from singa_lite.sonnx import validate
+
+    nodes = [helper.make_node("Neg", ["x"], ["a"]), helper.make_node("Sigmoid", ["a"], ["y"])]
+    rep = prepare(_model(nodes, {}, [3]), optimize=False)
+    plan = Plan(rep.program, 2, ["y"], [])
+    calls = []
+    real = validate.InputTypes.check
+
+    def counted(self, args):
+        calls.append(self.node.op)
+        return real(self, args)
+
+    dtypes = (np.float32, np.float64, np.int32)
+    x32, x64, xint = (tensor.Tensor(data=np.ones(3, t), requires_grad=False) for t in dtypes)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(validate.InputTypes, "check", counted)
+        plan.run({"x": x32}, None)
+        assert calls == ["Neg", "Sigmoid"]
+        plan.run({"x": x32}, None)
+        assert calls == ["Neg", "Sigmoid"]  # skipped
+        plan.run({"x": x64}, None)
+        assert calls == ["Neg", "Sigmoid"] * 2  # new dtypes: checked
+        with pytest.raises(OnnxError, match="Sigmoid"):  # Neg takes int32, Sigmoid does not
+            plan.run({"x": xint}, None)
+        plan.run({"x": x64}, None)
+        assert len(calls) == 6  # the failed int32 run did not replace the dtypes that passed
 
 
 @pytest.mark.parametrize(
