@@ -35,6 +35,20 @@ def _cast(g: Any, dtype: Any) -> Any:
     return g if g.dtype == dtype else g.astype(dtype)
 
 
+def _folds(a: Any, b: Any) -> bool:
+    """Whether ``a @ b`` is a stack of rows times one matrix (a Linear layer on a sequence),
+    which runs as one product of the rows folded together, not one small product per leading
+    index; backward folds too, so the weight gradient needs no stacked temporary to sum."""
+    return a.ndim > 2 and b.ndim == 2 and a.shape[-1] == b.shape[0]
+
+
+def matmul_array(xp: Any, a: Any, b: Any) -> Any:
+    """``a @ b`` as ``MatMul`` computes it (ValueError where the shapes do not fit)."""
+    if _folds(a, b):
+        return xp.matmul(a.reshape(-1, a.shape[-1]), b).reshape(*a.shape[:-1], b.shape[1])
+    return xp.matmul(a, b)
+
+
 class MatMul(Operator):
     """``a @ b`` with NumPy semantics."""
 
@@ -42,14 +56,9 @@ class MatMul(Operator):
         self.a, self.b = a, b
         if a.ndim == 0 or b.ndim == 0:
             raise self.error("operands must have at least one dimension", a, b)
-        # A stack of rows times one matrix (a Linear layer on a sequence): one product of the
-        # rows folded together, not one small product per leading index; backward folds too,
-        # so the weight gradient needs no stacked temporary to sum.
-        self.folded = a.ndim > 2 and b.ndim == 2 and a.shape[-1] == b.shape[0]
-        if self.folded:
-            return self.xp.matmul(a.reshape(-1, a.shape[-1]), b).reshape(*a.shape[:-1], b.shape[1])
+        self.folded = _folds(a, b)
         try:
-            return self.xp.matmul(a, b)
+            return matmul_array(self.xp, a, b)
         except ValueError:
             raise self.error("inner dimensions do not match", a, b) from None
 

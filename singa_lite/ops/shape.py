@@ -205,10 +205,11 @@ class Cat(Operator):
     def forward(self, *xs: Any) -> Any:
         first = xs[0]
         axis = normalize_axis(self.axis, first.ndim, self.name)
+        shape = first.shape
+        before, after = shape[:axis], shape[axis + 1 :]  # tuple slices compare in C
         for x in xs[1:]:
-            if x.ndim != first.ndim or any(
-                a != b for i, (a, b) in enumerate(zip(x.shape, first.shape)) if i != axis
-            ):
+            s = x.shape
+            if len(s) != len(shape) or s[:axis] != before or s[axis + 1 :] != after:
                 raise self.error(f"shapes differ outside axis {self.axis}", *xs)
             if x.dtype != first.dtype:
                 raise DTypeError(f"{self.name}: inputs have different dtypes {[str(x.dtype) for x in xs]}")

@@ -40,7 +40,13 @@ _INTERFACE_KEYS = tuple(sys.intern(k) for k in ("data", "strides", "descr", "typ
 def strided(xp: Any, x: Any, shape: Sequence[int], strides: Sequence[int]) -> Any:
     """The view of ``x`` with ``shape`` and byte ``strides``: every window of a sweep as one
     array without a copy. Windows overlap, so the view is for reading (and for writing where
-    the caller knows its elements are distinct, as a diagonal's are)."""
+    the caller knows its elements are distinct, as a diagonal's are).
+
+    A C-contiguous NumPy ``x`` is viewed through ``np.ndarray`` over its buffer, which also
+    checks that the view stays inside it: 0.5 us against ``as_strided``'s 3.6 (which builds an
+    ``__array_interface__`` dict in Python), a cost a batch-1 inference pays per conv."""
+    if xp.__name__ == "numpy" and x.flags.c_contiguous:
+        return xp.ndarray(tuple(shape), x.dtype, x, 0, tuple(strides))
     return xp.lib.stride_tricks.as_strided(x, shape=tuple(shape), strides=tuple(strides))
 
 

@@ -27,6 +27,7 @@ from singa_lite.autograd import Operator
 from singa_lite.errors import SingaLiteError
 from singa_lite.ops import activation, conv_infer, indexing, linalg
 from singa_lite.ops import shape as shape_ops
+from singa_lite.ops._util import normalize_axis
 from singa_lite.sonnx.import_ops import HANDLERS, nn
 from singa_lite.sonnx.import_ops.base import Node
 from singa_lite.tensor import Tensor
@@ -36,17 +37,17 @@ if TYPE_CHECKING:
 
 
 class _Direct:
-    """A node run as ``forward`` of an operator on the arrays of its first ``arity`` inputs
-    (all where ``None``; the others are the constant arguments the operator was built with).
-    ``make()`` gives the operator: a new one per call for those whose ``forward`` answers with
-    state it keeps (a Sigmoid's ``self.y``), so that threads running one program do not mix
-    their results; one built in advance otherwise. ``floats``: only where those inputs are
-    float tensors of one dtype (otherwise, and for anything that is not a tensor, ``fn``)."""
+    """A node run as ``forward`` of ``op``, built once from the node's attributes and constant
+    arguments, on the arrays of its first ``arity`` inputs (all where ``None``; the others are
+    the constant arguments). Threads running one program share ``op``: only operators whose
+    ``forward`` answers with what it computes in the call, never with state it keeps (as a
+    Sigmoid's ``self.y``), run so. ``floats``: only where those inputs are float tensors of one
+    dtype (otherwise, and for anything that is not a tensor, ``fn``)."""
 
     def __init__(
-        self, fn: Callable, make: Callable[[], Operator], floats: bool = True, arity: int | None = None
+        self, fn: Callable, op: Operator | None, floats: bool = True, arity: int | None = None
     ) -> None:
-        self.fn, self.make, self.floats, self.arity = fn, make, floats, arity
+        self.fn, self.op, self.floats, self.arity = fn, op, floats, arity
 
     def __call__(self, node: Node, *args: Any) -> Any:
         first = args[0]
@@ -61,7 +62,8 @@ class _Direct:
             return self.fn(node, *args)
         dev = first.device
         dev.activate()
-        op = self.make()
+        op = self.op
+        assert op is not None  # the subclasses without one run their own calls
         xp = op.xp = dev.xp
         op.device = dev
         y = op.forward(*[a.data for a in xs])
@@ -117,20 +119,16 @@ _PURE: dict[str, tuple[Callable, int]] = {  # each as its operator's forward com
     "Relu": (lambda xp, x: xp.maximum(x, 0), 1),
     "Sigmoid": (activation.sigmoid_array, 1),
     "Tanh": (lambda xp, x: xp.tanh(x), 1),
+    "MatMul": (linalg.matmul_array, 2),  # a 0-d operand: ValueError, so the handler's error
 }
-
-
-def _built(op: Operator) -> Callable[[], Operator]:
-    """``op`` itself at every call: for operators whose ``forward`` keeps no state it answers with."""
-    return lambda: op
 
 
 class _Sliced(_Direct):
     """A Slice of constant arguments: its Python slices kept for the last input shape."""
 
     def __init__(self, fn: Callable, op: indexing.Slice) -> None:
-        super().__init__(fn, _built(op), floats=False)
-        self.op = op
+        super().__init__(fn, None, floats=False)
+        self.slicer = op
         self.last: tuple = (None, ())  # (input shape, its slices), replaced as one
 
     def __call__(self, node: Node, x: Any, *rest: Any) -> Any:
@@ -140,7 +138,7 @@ class _Sliced(_Direct):
         shape, key = self.last
         if a.shape != shape:
             try:
-                key = self.op.key(a)
+                key = self.slicer.key(a)
             except SingaLiteError:
                 return self.fn(node, x, *rest)  # its error, named by the node
             self.last = (a.shape, key)
@@ -151,7 +149,7 @@ class _Reshaped(_Direct):
     """A Reshape to a constant shape: the target (0s and -1 resolved) kept for the last input shape."""
 
     def __init__(self, fn: Callable, shape: list[int], allowzero: bool) -> None:
-        super().__init__(fn, shape_ops.Reshape, floats=False)
+        super().__init__(fn, None, floats=False)
         self.wanted, self.allowzero = shape, allowzero
         self.last: tuple = (None, ())  # (input shape, target shape), replaced as one
 
@@ -176,8 +174,8 @@ class _Transposed(_Direct):
     """A Transpose: its permutation kept for the last input rank."""
 
     def __init__(self, fn: Callable, perm: list[int] | None) -> None:
-        super().__init__(fn, shape_ops.Transpose, floats=False)
-        self.op = shape_ops.Transpose(perm)
+        super().__init__(fn, None, floats=False)
+        self.axes = shape_ops.Transpose(perm).axes  # as the operator checks and keeps them
         self.last: tuple = (None, ())  # (input rank, permutation), replaced as one
 
     def __call__(self, node: Node, x: Any) -> Any:
@@ -186,7 +184,7 @@ class _Transposed(_Direct):
         a = x.data
         ndim, perm = self.last
         if a.ndim != ndim:
-            axes = self.op.axes
+            axes = self.axes
             n = a.ndim
             perm = tuple(range(n))[::-1] if axes is None else tuple(i + n if i < 0 else i for i in axes)
             if sorted(perm) != list(range(a.ndim)):
@@ -196,13 +194,28 @@ class _Transposed(_Direct):
 
 
 class _Concatenated(_Direct):
-    """A Concat of tensors: its size checked against the limits, as the handler does."""
+    """A Concat of tensors: its size checked against the limits, as the handler does. The
+    checks (the size limit, the shapes and dtypes ``Cat`` compares, its axis) follow from the
+    input shapes and dtypes alone, so a run on the ones that passed last concatenates at once."""
+
+    def __init__(self, fn: Callable, axis: int) -> None:
+        super().__init__(fn, shape_ops.Cat(axis), floats=False)
+        self.axis = axis
+        self.last: tuple = (None, 0)  # ((shape, dtype) per input, normalised axis), replaced as one
 
     def __call__(self, node: Node, *xs: Any) -> Any:
-        if any(type(x) is not Tensor for x in xs) or not xs:
+        if not xs or any(type(x) is not Tensor for x in xs):
             return self.fn(node, *xs)
-        node.check_size((sum(x.data.size for x in xs),), max(x.data.dtype.itemsize for x in xs))
-        return super().__call__(node, *xs)
+        arrays = [x.data for x in xs]
+        key = tuple([(a.shape, a.dtype) for a in arrays])
+        checked, axis = self.last
+        if key != checked:
+            node.check_size((sum(a.size for a in arrays),), max(a.itemsize for a in arrays))
+            y = super().__call__(node, *xs)  # Cat's checks and errors
+            self.last = (key, normalize_axis(self.axis, arrays[0].ndim, "Concat"))
+            return y
+        first = xs[0]
+        return Tensor._wrap(first.device.xp.concatenate(arrays, axis=axis), first.device, False, None, 0)
 
 
 class _Conv1d:
@@ -262,8 +275,6 @@ class DirectOps:
         op = node.op
         if op in _PURE and node.n_outputs == 1:
             return _Pure(fn, *_PURE[op])
-        if op == "MatMul" and node.n_outputs == 1:
-            return _Direct(fn, linalg.MatMul)
         if op == "Transpose":
             perm = node.attr("perm")
             return _Transposed(fn, None if perm is None else list(perm))
@@ -284,7 +295,7 @@ class DirectOps:
                 return _Conv1d(fn, W, B, group)
             return None
         if op == "Concat" and "axis" in node.attrs:
-            return _Concatenated(fn, _built(shape_ops.Cat(node.attr("axis"))), floats=False)
+            return _Concatenated(fn, node.attr("axis"))
         # Arguments that became inputs (Slice at opset 10, Reshape at 5, (Un)squeeze at 13):
         # only constant ones are built in; older nodes keep them as attributes, left to the handler.
         since = {"Slice": 10, "Reshape": 5, "Unsqueeze": 13, "Squeeze": 13}.get(op)
@@ -297,9 +308,9 @@ class DirectOps:
         if op == "Reshape" and len(args) == 1 and args[0] is not None:
             return _Reshaped(fn, args[0], bool(node.attr("allowzero", 0)))
         if op == "Unsqueeze" and len(args) == 1 and args[0] is not None:
-            return _Direct(fn, _built(shape_ops.Unsqueeze(args[0])), False, 1)
+            return _Direct(fn, shape_ops.Unsqueeze(args[0]), False, 1)
         if op == "Squeeze" and len(args) <= 1:
-            return _Direct(fn, _built(shape_ops.Squeeze(args[0] if args else None)), False, 1)
+            return _Direct(fn, shape_ops.Squeeze(args[0] if args else None), False, 1)
         return None
 
 

@@ -317,7 +317,7 @@ def _direct_same(model: object, x: np.ndarray) -> object:
 def test_streaming_model_runs_direct_steps() -> None:
     rep = prepare(streaming_model(2))
     kinds = set(_fused_ops(rep))
-    assert {"_Conv1d", "_Sliced", "_Reshaped", "_Transposed", "_Concatenated", "_Direct", "_Pure"} <= kinds
+    assert {"_Conv1d", "_Sliced", "_Reshaped", "_Transposed", "_Concatenated", "_Pure"} <= kinds
 
 
 def test_direct_arithmetic_and_activations() -> None:
