@@ -3,13 +3,15 @@
     python benchmarks/onnx_inference.py [--repeat 20] [--threads 0] [--models resnet50,vgg19]
                                         [--device cpu|gpu]
 
-Both run in this one process on the same input, on the CPU by default. The models are onnx's
-nine "light" model-zoo CNNs shipped in the ``onnx`` wheel (real architectures with constant
-weights) at their 224x224 batch-1 input, and MobileNetV2 and ShuffleNetV2 (``mobile_nets.py``:
-random weights, exported from PyTorch at run time; skipped without PyTorch). Each model is run
-once to warm up, then ``--repeat`` times; the median is reported. ``--threads N`` runs both on
-``N`` threads (onnxruntime's intra-op pool; singa_lite's BLAS and compiled kernels); 0 leaves
-each its default (all cores). Target: within 2x of onnxruntime for every model.
+Both run in this one process on the same input, on the CPU by default, taking turns in four
+stretches of runs, so that a change in the shared machine's load falls on both. The models are
+onnx's nine "light" model-zoo CNNs shipped in the ``onnx`` wheel (real architectures with
+constant weights) at their 224x224 batch-1 input, and MobileNetV2 and ShuffleNetV2
+(``mobile_nets.py``: random weights, exported from PyTorch at run time; skipped without
+PyTorch). Each model is run once to warm up, then ``--repeat`` times (and once untimed per
+stretch); the median is reported. ``--threads N`` runs both on ``N`` threads (onnxruntime's
+intra-op pool; singa_lite's BLAS and compiled kernels); 0 leaves each its default (all cores).
+Target: within 2x of onnxruntime for every model.
 
 With ``--device gpu`` singa_lite runs on the first CUDA device, its input already there, and
 each run ends with a device synchronisation; onnxruntime runs with its CUDAExecutionProvider
@@ -22,6 +24,7 @@ from __future__ import annotations
 import argparse
 import glob
 import os
+import statistics
 import sys
 import tempfile
 from collections.abc import Callable
@@ -36,7 +39,7 @@ from singa_lite.sonnx import prepare
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # mobile_nets.py beside this file
 import setting
-from timing import median_seconds
+from timing import interleaved_seconds
 
 LIGHT_DIR = os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data", "light")
 
@@ -118,8 +121,12 @@ def bench(
     ours = rep.run([feed])[0].numpy()
     ref = ort_result()
     err = float(np.abs(ours - ref).max() / max(float(np.abs(ref).max()), 1e-30))
-    t_singa = median_seconds(singa, repeat)
-    t_ort = median_seconds(ort_run, repeat)
+    # The two take turns in four stretches of runs, the first run of each untimed (it finds the
+    # caches holding the other's weights); with more than one thread, after a pause in which
+    # the other's thread pool stops spinning (timing.interleaved_seconds).
+    settle = 0.0 if threads == 1 else 0.5
+    times = interleaved_seconds({"singa": singa, "ort": ort_run}, repeat, 4, settle)
+    t_singa, t_ort = (statistics.median(times[k]) for k in ("singa", "ort"))
     return os.path.basename(path)[len("light_") : -len(".onnx")], t_singa, t_ort, err
 
 

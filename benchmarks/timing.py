@@ -18,3 +18,29 @@ def median_seconds(fn: Callable[[], object], repeat: int, warmup: int = 1) -> fl
         fn()
         times.append(time.perf_counter() - t0)
     return statistics.median(times)
+
+
+def interleaved_seconds(
+    fns: dict[str, Callable[[], object]], repeat: int, rounds: int, settle: float = 0.0
+) -> dict[str, list[float]]:
+    """Wall times in seconds of ``repeat`` runs of each of ``fns``, taken in ``rounds`` rounds,
+    each round a stretch of ``repeat / rounds`` runs of every function in turn.
+
+    The machine is shared: a job that starts or ends while one function runs would move its
+    times and not the others', so each function's runs are spread over the whole measurement
+    instead of taken in one stretch. With ``settle``, the process sleeps that many seconds
+    before each stretch, so that no thread pool of the last one (OpenBLAS's workers spin ~0.1 s
+    after a product, PyTorch's and onnxruntime's threads too) still holds a core when the next
+    starts. The first run of each stretch is not timed."""
+    times: dict[str, list[float]] = {k: [] for k in fns}
+    per = max(1, -(-repeat // rounds))
+    for _ in range(rounds):
+        for k, fn in fns.items():
+            if settle:
+                time.sleep(settle)
+            fn()
+            for _ in range(per):
+                t0 = time.perf_counter()
+                fn()
+                times[k].append(time.perf_counter() - t0)
+    return times

@@ -1,11 +1,13 @@
 """One training step (forward + backward + SGD-momentum update) in singa_lite and PyTorch CPU.
 
-    python benchmarks/training.py [--steps 30] [--only mlp,cnn,resnet20,lstm,gpt,mobilenet]
+    python benchmarks/training.py [--steps 30] [--rounds 3] [--only mlp,cnn,resnet20,lstm,gpt,mobilenet]
                                   [--device cpu|gpu]
 
 Runs each workload in singa_lite eager mode, singa_lite graph mode and, where installed,
 PyTorch CPU, in this one process with the same thread count, and prints the median and minimum
-milliseconds per step and the singa_lite/PyTorch ratio (below 1.0: singa_lite is faster).
+milliseconds per step and the singa_lite/PyTorch ratio (below 1.0: singa_lite is faster). The
+three take their steps in turns (``--rounds``, a stretch of steps each per round), so that
+a change in the shared machine's load falls on all of them.
 The ``gpt`` workload is ``examples/gpt.py``'s model (4 pre-norm blocks, 4 heads, width 128,
 causal attention over 128 characters, batch 16) with its update: AdamW after clipping the
 gradients to a global norm of 1, biases and norm parameters exempt from weight decay.
@@ -32,6 +34,7 @@ from singa_lite.backend.cpu_kernels import threads as cpu_threads
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # mobile_nets.py beside this file
 import mobile_nets
 import setting
+from timing import interleaved_seconds
 
 THREADS = int(os.environ.get("BENCH_THREADS", os.cpu_count() or 1))
 GPT_VOCAB = 58  # the characters of the text examples/gpt.py trains on
@@ -190,7 +193,16 @@ def time_steps(step: Callable[[], None], steps: int, warmup: int = 3) -> list[fl
     return times
 
 
+SETTLE = 0.5
+"""Seconds of sleep before each stretch of steps (``timing.interleaved_seconds``)."""
+
+
 def bench_singa(name: str, use_graph: bool, steps: int, gpu: bool = False) -> list[float]:
+    return time_steps(singa_step(name, use_graph, gpu), steps)
+
+
+def singa_step(name: str, use_graph: bool, gpu: bool = False) -> Callable[[], None]:
+    """One singa_lite training step of workload ``name``, after three warm-up steps."""
     shape, _ = SHAPES[name]
     batch = shape[1] if name == "lstm" else shape[0]
     rng = np.random.default_rng(0)
@@ -214,11 +226,20 @@ def bench_singa(name: str, use_graph: bool, steps: int, gpu: bool = False) -> li
         m(tx, ty)
         dev.Sync()
 
-    return time_steps(step, steps)
+    for _ in range(3):
+        step()
+    return step
 
 
 # -- PyTorch reference -----------------------------------------------------------------------
 def bench_torch(name: str, steps: int, gpu: bool = False) -> list[float] | None:
+    step = torch_step(name, gpu)
+    return None if step is None else time_steps(step, steps)
+
+
+def torch_step(name: str, gpu: bool = False) -> Callable[[], None] | None:
+    """One PyTorch training step of workload ``name`` after three warm-up steps (None
+    without PyTorch, or without CUDA for ``gpu``)."""
     try:
         import torch
         from torch import nn
@@ -338,12 +359,17 @@ def bench_torch(name: str, steps: int, gpu: bool = False) -> list[float] | None:
         if gpu:
             torch.cuda.synchronize()
 
-    return time_steps(step, steps)
+    for _ in range(3):
+        step()
+    return step
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--steps", type=int, default=30)
+    p.add_argument("--steps", type=int, default=30, help="timed steps of each variant")
+    p.add_argument(
+        "--rounds", type=int, default=3, help="the steps are taken in this many rounds, the variants in turn"
+    )
     p.add_argument("--only", default="mlp,cnn,resnet20,lstm,gpt,mobilenet")
     p.add_argument("--device", choices=("cpu", "gpu"), default="cpu")
     p.add_argument(
@@ -365,10 +391,14 @@ def main() -> None:
     print("-" * len(header))
     targets = GPU_TARGETS if gpu else TARGETS
     for name in args.only.split(","):
-        eager = time_steps_summary(bench_singa(name, False, args.steps, gpu))
-        graph = time_steps_summary(bench_singa(name, True, args.steps, gpu))
-        t = bench_torch(name, args.steps, gpu)
-        torch_s = time_steps_summary(t) if t else None
+        variants = {"eager": singa_step(name, False, gpu), "graph": singa_step(name, True, gpu)}
+        reference = torch_step(name, gpu)
+        if reference is not None:
+            variants["torch"] = reference
+        seconds = interleaved_seconds(variants, args.steps, args.rounds, SETTLE)
+        times = {k: [t * 1e3 for t in v] for k, v in seconds.items()}
+        eager, graph = time_steps_summary(times["eager"]), time_steps_summary(times["graph"])
+        torch_s = time_steps_summary(times["torch"]) if "torch" in times else None
         print(
             f"{SHAPES[name][1]:36} {fmt(eager):>16} {fmt(graph):>16} {fmt(torch_s):>16} "
             f"{ratio(eager, torch_s):>11} {ratio(graph, torch_s):>11} {targets.get(name, ''):>7}",
