@@ -10,6 +10,10 @@ inputs at run time as well and runs the original nodes where they are not what t
 assumed. A ``SONNXModel``, a cut (``last_layers``), ``aux_output`` and
 ``prepare(..., optimize=False)`` run the program as written.
 
+- ``StaticShapes``: Shape and Size nodes of tensors whose shape ONNX shape inference fixes
+  (from the graph inputs' declared dims, which ``SingaRep.run`` checks) become constants, and
+  the nodes computing from them only (a channel split's Gather, Div, Slice arguments) are
+  folded; each Shape node stays as a check of its tensor's shape.
 - ``FoldAffineChains``: BatchNormalization / per-channel Mul / Add chains into the Conv before
   them, or into one ``x * a + c`` node.
 - ``FoldAffineReluConv``: ``relu(x * a + c)`` read only by a 1x1 Conv: one ``max(x, t)`` pass.
@@ -35,7 +39,7 @@ from singa_lite import backend
 from singa_lite.errors import OnnxError, SingaLiteError
 from singa_lite.sonnx.chains import ElementwiseChains, _InPlaceHandler, _readers
 from singa_lite.sonnx.direct import DirectOps
-from singa_lite.sonnx.import_ops import HANDLERS
+from singa_lite.sonnx.import_ops import HANDLERS, HOST_INPUTS
 from singa_lite.sonnx.import_ops.base import Node
 from singa_lite.sonnx.import_ops.nn import PackedConv
 from singa_lite.tensor import Tensor
@@ -562,7 +566,72 @@ class InPlace:
             fresh.add(node.outputs[0])
 
 
+class StaticShapes:
+    """Shape and Size nodes of statically shaped tensors as constants, and what follows from them
+    folded (see the module docstring).
+
+    A whole-graph run of a ``SingaRep`` has its inputs checked against the dims the graph
+    declares, so a tensor whose shape ONNX shape inference gives in full from those dims has
+    that shape at every run. The node's output becomes a constant; the nodes whose inputs are
+    then all constants (the arithmetic on shapes that exporters write for a channel split or
+    a reshape) are run once, here, and leave the program, as the importer folds constants.
+    The Shape or Size node itself stays, as a check: its handler compares the tensor's shape
+    with the inferred one and raises an ``OnnxError`` where they differ (a handler and shape
+    inference disagreeing), rather than let a folded value be wrong."""
+
+    name = "static_shapes"
+
+    def run(self, program: Program) -> None:
+        found = False
+        for k, node in enumerate(program.nodes):
+            shape = program.shape_inputs.get(node.inputs[0]) if node.inputs else None
+            if node.op not in ("Shape", "Size") or program.folded[k] or not shape or 0 in shape:
+                continue
+            fn = program.handlers[k]
+            xp = program.device.xp  # a view of one zero: no array of that shape is made
+            zero = xp.broadcast_to(xp.zeros((), np.float32), shape)
+            stand_in = Tensor(data=zero, device=program.device, requires_grad=False)
+            (value,) = program._call(node, fn, [stand_in])
+            program.constants[node.outputs[0]] = value
+            program.handlers[k] = _ShapeCheck(fn, tuple(shape), value)
+            found = True
+        if found:
+            self._fold_constants(program)
+
+    @staticmethod
+    def _fold_constants(program: Program) -> None:
+        """Fold the nodes whose inputs are all constants now, and drop them."""
+        keep = []
+        for k, node in enumerate(program.nodes):
+            if isinstance(program.handlers[k], _ShapeCheck) or not program._fold(node, program.handlers[k]):
+                keep.append(k)
+        program.nodes = [program.nodes[k] for k in keep]
+        program.handlers = [program.handlers[k] for k in keep]
+        program.folded = [False] * len(keep)
+        for node in program.nodes:
+            program._share_constants(node, HOST_INPUTS.get(node.op, ()))
+
+
+class _ShapeCheck:
+    """A Shape or Size node whose output was folded: checks that its input has the shape it
+    was folded for and answers the folded value."""
+
+    def __init__(self, fn: Callable, shape: tuple, value: Tensor) -> None:
+        self.fn, self.shape, self.value = fn, shape, value
+
+    def __call__(self, node: Node, x: Any) -> Tensor:
+        if type(x) is not Tensor or tuple(x.shape) != self.shape:
+            got = getattr(x, "shape", type(x).__name__)
+            raise OnnxError(
+                f"{node}: its input has shape {got}, where ONNX shape inference gave {self.shape} "
+                "and the values computed from it were folded (prepare with optimize=False to run "
+                "the graph as written)"
+            )
+        return self.value
+
+
 PASSES: tuple[Pass, ...] = (
+    StaticShapes(),
     FoldAffineChains(),
     FoldAffineReluConv(),
     PoolBeforeConv(),
@@ -572,7 +641,9 @@ PASSES: tuple[Pass, ...] = (
     ElementwiseChains(),
     DirectOps(),
 )
-"""The passes ``optimize`` runs. The order matters: ``FoldAffineReluConv`` looks for the affine
+"""The passes ``optimize`` runs. The order matters: ``StaticShapes`` comes first, so that the
+others see the constants it folds (``DirectOps`` builds a Slice of constant arguments in);
+``FoldAffineReluConv`` looks for the affine
 nodes ``FoldAffineChains`` made and, like ``PoolBeforeConv``, for plain Conv handlers, which
 ``PackConvs`` then packs; ``InPlace`` looks for what produces fresh arrays (Conv, packed or not,
 and affine nodes); ``ElementwiseChains`` takes in-place Add and Relu handlers into its Add +

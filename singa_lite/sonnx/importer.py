@@ -163,16 +163,23 @@ def _input_spec(value_info: Any) -> tuple[np.dtype | None, tuple | None]:
 
 
 def _static_shapes(proto: ModelProto, names: set[str]) -> dict[str, tuple]:
-    """The shapes ONNX shape inference gives the tensors ``names`` (0 for an unknown dim);
-    empty where it fails (a model over 2 GB, an operator it does not know)."""
+    """The shapes ONNX shape inference gives the tensors ``names`` (0 for an unknown dim), and
+    those the graph declares for its inputs (which ``SingaRep.run`` checks); empty where
+    inference fails (a model over 2 GB, an operator it does not know). The model's own
+    ``value_info`` is left out of the inference (an exporter's may be stale), and put back."""
     if not names:
         return {}
+    graph = proto.graph
+    declared = list(graph.value_info)
+    graph.ClearField("value_info")
     try:
-        graph = onnx.shape_inference.infer_shapes(proto).graph
+        inferred = onnx.shape_inference.infer_shapes(proto).graph
     except Exception:  # inference is a hint for the fused program only
         return {}
+    finally:
+        graph.value_info.extend(declared)
     shapes = {}
-    for v in [*graph.value_info, *graph.output]:
+    for v in [*inferred.input, *inferred.value_info, *inferred.output]:
         t = v.type.tensor_type if v.type.HasField("tensor_type") else None
         if v.name in names and t is not None and t.HasField("shape"):
             shapes[v.name] = tuple(d.dim_value if d.HasField("dim_value") else 0 for d in t.shape.dim)
@@ -221,7 +228,12 @@ class Program:
         self.path, self.depth = "", 0  # where a subgraph sits (see subgraph.Subgraph)
         self.declared = _declared_types(proto)
         self._compile(graph.node, set(self.inputs) | set(self.initializers))
-        self.concat_shapes = _static_shapes(proto, {n.outputs[0] for n in self.nodes if n.op == "Concat"})
+        concats = {n.outputs[0] for n in self.nodes if n.op == "Concat"}
+        shaped = {n.inputs[0] for n in self.nodes if n.op in ("Shape", "Size") and n.inputs}
+        static = _static_shapes(proto, concats | shaped)
+        self.concat_shapes = {k: v for k, v in static.items() if k in concats}
+        # what fusion.StaticShapes folds: the inferred shapes of what Shape and Size nodes read
+        self.shape_inputs = {k: v for k, v in static.items() if k in shaped}
 
     def _compile(self, proto_nodes: Iterable[Any], known: set[str]) -> None:
         """Check the nodes and resolve their handlers (subgraphs compiled too), fold the

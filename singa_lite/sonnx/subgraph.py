@@ -85,6 +85,7 @@ class Subgraph(Program):
             for n in self.nodes
         )
         self.concat_shapes: dict[str, tuple] = {}
+        self.shape_inputs: dict[str, tuple] = {}
 
     def __repr__(self) -> str:
         return f"subgraph {self.path!r}"

@@ -471,3 +471,59 @@ def test_direct_conv1d_error_names_the_node() -> None:
     rep.run([_x((1, 3, 5))])
     with pytest.raises(SingaLiteError, match="conv1d"):
         rep.run([_x((1, 4, 5))])
+
+
+# -- static shapes -------------------------------------------------------------------------------
+def _channel_split(dims: list, value_info: list = ()) -> object:
+    """ShuffleNetV2's exported channel split: Shape -> Gather -> Div -> Slice, then Concat."""
+    nodes = [
+        helper.make_node("Shape", ["x"], ["s"], name="shape_of_x"),
+        helper.make_node("Gather", ["s", "one"], ["c"], axis=0),
+        helper.make_node("Div", ["c", "two"], ["half"]),
+        helper.make_node("Slice", ["x", "zero", "half", "one"], ["a"]),
+        helper.make_node("Slice", ["x", "half", "big", "one"], ["b"]),
+        helper.make_node("Relu", ["b"], ["rb"]),
+        helper.make_node("Concat", ["rb", "a"], ["y"], axis=1),
+    ]
+    ints = [_ints("zero", [0]), _ints("one", [1]), _ints("two", [2]), _ints("big", [1 << 30])]
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, dims)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [None] * len(dims))],
+        ints,
+        value_info=list(value_info),
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_static_shapes_fold_a_channel_split() -> None:
+    model = _channel_split([1, 8, 3, 3])
+    rep = _direct_same(model, _x((1, 8, 3, 3)))
+    kinds = _fused_ops(rep)
+    assert "_ShapeCheck" in kinds and kinds.count("_Sliced") == 2
+    assert [n.op for n in rep.inference_program.nodes] == ["Shape", "Slice", "Slice", "Relu", "Concat"]
+    # a stale value_info of the model's own is not believed: the shapes are inferred again
+    stale = [
+        helper.make_tensor_value_info("s", TensorProto.INT64, [7]),
+        helper.make_tensor_value_info("a", TensorProto.FLOAT, [1, 99, 3, 3]),
+    ]
+    _direct_same(_channel_split([1, 8, 3, 3], stale), _x((1, 8, 3, 3)))
+
+
+def test_static_shapes_leave_open_dims_to_each_run() -> None:
+    rep = prepare(_channel_split(["n", 8, None, 3]))
+    assert "_ShapeCheck" not in _fused_ops(rep)
+    for shape in ((1, 8, 2, 3), (3, 8, 5, 3)):
+        x = _x(shape)
+        np.testing.assert_allclose(rep.run([x])[0].numpy(), _ort(_channel_split(["n", 8, None, 3]), x)[0])
+
+
+def test_static_shape_check_names_the_node_where_inference_disagrees() -> None:
+    """Were shape inference and a handler ever to disagree, the run fails, naming the Shape
+    node, instead of computing with the folded value."""
+    program = prepare(_channel_split([1, 8, 3, 3]), optimize=False).program
+    program.shape_inputs = {"x": (1, 6, 3, 3)}  # as if inference had said so
+    optimized = fusion.optimize(program)
+    with pytest.raises(OnnxError, match=r"shape_of_x.*shape inference gave"):
+        optimized.run(program.feeds([_x((1, 8, 3, 3))]))
