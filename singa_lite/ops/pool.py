@@ -20,6 +20,7 @@ window never starts past the input plus its begin padding.
 
 from __future__ import annotations
 
+import functools
 import itertools
 from collections.abc import Sequence
 from typing import Any
@@ -171,6 +172,12 @@ class _Window:
             y = acc
         return y if y.base is None else y.copy()  # a view of the input when every k is 1
 
+    def whole(self, sizes: Sequence[int]) -> bool:
+        """Whether there is one window per plane and it is the plane: kernel = size, no
+        padding, dilation 1 (a classifier's last 7x7 average pool)."""
+        geo = zip(sizes, self.kernel, self.begin, self.end, self.dilation)
+        return all(k == n and b == e == 0 and d == 1 for n, k, b, e, d in geo)
+
     def tiles(self, sizes: Sequence[int], out: Sequence[int]) -> bool:
         """Whether the windows tile the input: stride == kernel, no begin padding, dilation 1,
         and no window past the input's end."""
@@ -286,7 +293,9 @@ class _Pool(Operator):
         self.x_shape = x.shape
         self.inner = (slice(None), slice(None), *(slice(b, b + s) for (b, _), s in zip(widths, sizes)))
         self.padded_shape = (*x.shape[:2], *(b + s + e for (b, e), s in zip(widths, sizes)))
-        if pad and any(b or e for b, e in widths):
+        if not pad:  # a kernel or the separable sweep reads x itself: no taps to list
+            return x, []
+        if any(b or e for b, e in widths):
             x = self.xp.pad(x, [(0, 0), (0, 0), *widths], constant_values=pad_value)
         return x, self.win.taps(self.out)
 
@@ -314,6 +323,8 @@ class MaxPool(_Pool):
         if not autograd.is_recording():  # inference: no argmax to keep, no padding to make
             self.prepare(x, low, pad=False)
             self.arg = None
+            if self.win.whole(x.shape[2:]):
+                return x.max(axis=tuple(range(2, x.ndim)), keepdims=True)
             return self.win.reduce_separably(xp, x, self.out, xp.maximum, low)
         xpad, taps = self.prepare(x, low)
         y = xpad[taps[0]].copy()
@@ -384,6 +395,8 @@ class AvgPool(_Pool):
                 y += xpad[tap]
         else:  # inference: window sums axis by axis (same sums, another rounding order)
             self.prepare(x, 0, pad=False)
+            if self.win.whole(x.shape[2:]):  # one window over each plane: a mean
+                return x.mean(axis=tuple(range(2, x.ndim)), keepdims=True)
             y = self.win.reduce_separably(self.xp, x, self.out, self.xp.add, 0)
         self.scale = self._inverse_counts(acc)
         if self.scale.ndim and y.flags.c_contiguous:  # flat images: (Ho, Wo) loops row by row
@@ -395,20 +408,12 @@ class AvgPool(_Pool):
 
     def _inverse_counts(self, dtype: Any) -> Any:
         """1 / (cells counted per window), broadcastable against the output: a scalar where
-        every window counts the same. Pure geometry, so it is worked out on the host."""
+        every window counts the same. Pure geometry, so it is worked out on the host, once
+        per geometry (a batch-1 inference pool spent a quarter of its time here)."""
         win = self.win
-        scale = np.ones((1, 1) + (1,) * win.n, dtype)
-        geo = zip(self.x_shape[2:], self.out, win.kernel, win.stride, win.dilation, win.begin, win.end)
-        for axis, (size, o, k, s, d, pb, pe) in enumerate(geo):
-            cells = np.arange(o)[:, None] * s + np.arange(k)[None, :] * d  # padded coordinates
-            lo, hi = (0, size + pb + pe) if self.count_include_pad else (pb, pb + size)
-            count = ((cells >= lo) & (cells < hi)).sum(axis=1)
-            shape = [1] * (win.n + 2)
-            shape[axis + 2] = o
-            scale = scale / count.reshape(shape).astype(dtype)
-        if scale.min() == scale.max():
-            return scale.dtype.type(scale.flat[0])
-        return self.xp.asarray(scale)
+        geo = (self.x_shape[2:], self.out, win.kernel, win.stride, win.dilation, win.begin, win.end)
+        scale = _inverse_counts(*geo, self.count_include_pad, np.dtype(dtype))
+        return scale[()] if scale.ndim == 0 else self.xp.array(scale)  # a scalar, or a copy
 
     def backward(self, dy: Any) -> Any:
         xp = self.xp
@@ -426,6 +431,35 @@ class AvgPool(_Pool):
         for tap in self.tap_list():
             dx[tap] += g
         return dx[self.inner]
+
+
+@functools.lru_cache(maxsize=256)
+def _inverse_counts(
+    sizes: tuple,
+    out: tuple,
+    kernel: tuple,
+    stride: tuple,
+    dilation: tuple,
+    begin: tuple,
+    end: tuple,
+    include_pad: bool,
+    dtype: np.dtype,
+) -> np.ndarray:
+    """``AvgPool._inverse_counts`` on the host: a 0-d array where every window counts the same
+    (read-only: the cache shares it)."""
+    n = len(sizes)
+    scale = np.ones((1, 1) + (1,) * n, dtype)
+    for axis, (size, o, k, s, d, pb, pe) in enumerate(zip(sizes, out, kernel, stride, dilation, begin, end)):
+        cells = np.arange(o)[:, None] * s + np.arange(k)[None, :] * d  # padded coordinates
+        lo, hi = (0, size + pb + pe) if include_pad else (pb, pb + size)
+        count = ((cells >= lo) & (cells < hi)).sum(axis=1)
+        shape = [1] * (n + 2)
+        shape[axis + 2] = o
+        scale = scale / count.reshape(shape).astype(dtype)
+    if scale.min() == scale.max():
+        scale = np.asarray(scale.flat[0])
+    scale.flags.writeable = False
+    return scale
 
 
 def _numel(shape: Sequence[int]) -> int:

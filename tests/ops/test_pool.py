@@ -91,6 +91,25 @@ def test_avg_pool2d_forward(dev, case, count_include_pad):
     )
 
 
+@pytest.mark.parametrize("shape, stride", [((2, 3, 7, 7), 1), ((1, 5, 4, 6), (3, 2)), ((1, 2, 1, 1), 1)])
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_one_window_per_plane(dev, shape, stride, dtype):
+    """A window as large as the plane (a classifier's last pool) is a reduction: the same
+    values as the reference, in inference and recorded."""
+    x = np.random.default_rng(11).standard_normal(shape).astype(dtype)
+    k = shape[2:]
+    s = (stride, stride) if isinstance(stride, int) else stride
+    for kind, fn in (("max", autograd.max_pool2d), ("avg", autograd.avg_pool2d)):
+        check_forward(
+            lambda t, fn=fn: fn(t, k, stride),
+            lambda a, kind=kind: ref_pool2d(a, kind, k, s, (0, 0, 0, 0)).astype(a.dtype),
+            [x],
+            dev,
+        )
+    if dtype == np.float64:
+        check_grad(lambda t: autograd.avg_pool2d(t, k, stride), [x], dev)
+
+
 @pytest.mark.parametrize(
     "k, s, pads, d, ceil_mode",
     [
