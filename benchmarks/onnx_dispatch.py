@@ -8,8 +8,9 @@ arithmetic. The graph here is built with ``onnx.helper``: ``--blocks`` gated res
 15 nodes each on a ``(1, 16, 8)`` (batch, channels, frames) input: a Conv1d, a Sigmoid * Tanh
 gate, a frame shift (Slice, Slice, Concat), a channel mix (Transpose, MatMul, Add, Transpose),
 a scale through a flat view (Reshape, Mul, Reshape) and the residual Add. Both run in this one
-process on the same input; the medians of ``--repeat`` runs are printed as microseconds per
-node, with their ratio. ``--profile`` prints cProfile's top functions of singa_lite's runs.
+process on the same input, taking turns in four stretches of runs; the medians of
+``--repeat`` runs are printed as microseconds per node, with their ratio. ``--profile``
+prints cProfile's top functions of singa_lite's runs.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import argparse
 import cProfile
 import os
 import pstats
+import statistics
 import sys
 
 import numpy as np
@@ -30,7 +32,7 @@ from singa_lite.sonnx import prepare
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # setting.py beside this file
 import setting
-from timing import median_seconds
+from timing import interleaved_seconds
 
 CHANNELS, FRAMES = 16, 8
 NODES_PER_BLOCK = 15
@@ -119,8 +121,14 @@ def main() -> None:
     ours = rep.run([x])[0].numpy()
     ref = sess.run(None, {"x": x})[0]
     err = float(np.abs(ours - ref).max() / max(float(np.abs(ref).max()), 1e-30))
-    t_singa = median_seconds(lambda: rep.run([x]), args.repeat, warmup=3)
-    t_ort = median_seconds(lambda: sess.run(None, {"x": x}), args.repeat, warmup=3)
+    # in turns, four stretches each, so that a change in the machine's load falls on both
+    times = interleaved_seconds(
+        {"singa": lambda: rep.run([x]), "ort": lambda: sess.run(None, {"x": x})},
+        args.repeat,
+        4,
+        0.0 if args.threads == 1 else 0.5,
+    )
+    t_singa, t_ort = (statistics.median(times[k]) for k in ("singa", "ort"))
     us_singa, us_ort = t_singa * 1e6 / n_nodes, t_ort * 1e6 / n_nodes
     print(f"{n_nodes} nodes, input {tuple(x.shape)}, max rel err {err:.1e}")
     print(f"{'':<12}{'us / node':>10}{'us / run':>11}")

@@ -7,8 +7,10 @@ the result for autograd. An inference program records nothing, so here each such
 handler holding its operator, built once from the node's attributes and constant arguments;
 a run calls the operator's own ``forward`` on the input arrays (the same code, so the same
 results and errors) and wraps the result as the fused handlers of
-:mod:`~singa_lite.sonnx.fusion` do. Where the per-shape part of the arguments (a Slice's
-Python slices, a Reshape's target) depends on the input's shape, it is kept for the last shape.
+:mod:`~singa_lite.sonnx.fusion` do. Arithmetic, activations and MatMul, whose ``forward`` is
+one expression of its arrays, run that expression with no operator at all (``_Pure``). Where
+the per-shape part of the arguments (a Slice's Python slices, a Reshape's target, a Concat's
+checks) depends on the input's shape, it is kept for the last shape.
 
 Anything the handler was not built for (a dtype the operator refuses, a sequence, an
 argument that is not a constant) runs the node's own handler, which also says what is wrong.
