@@ -122,9 +122,9 @@ def bench(
     ref = ort_result()
     err = float(np.abs(ours - ref).max() / max(float(np.abs(ref).max()), 1e-30))
     # The two take turns in four stretches of runs, the first run of each untimed (it finds the
-    # caches holding the other's weights); with more than one thread, after a pause in which
-    # the other's thread pool stops spinning (timing.interleaved_seconds).
-    settle = 0.0 if threads == 1 else 0.5
+    # caches holding the other's weights); with more than one CPU thread, after a pause in
+    # which the other's thread pool stops spinning (timing.interleaved_seconds).
+    settle = 0.0 if threads == 1 or dev.is_gpu() else 0.5
     times = interleaved_seconds({"singa": singa, "ort": ort_run}, repeat, 4, settle)
     t_singa, t_ort = (statistics.median(times[k]) for k in ("singa", "ort"))
     return os.path.basename(path)[len("light_") : -len(".onnx")], t_singa, t_ort, err

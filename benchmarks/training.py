@@ -395,7 +395,8 @@ def main() -> None:
         reference = torch_step(name, gpu)
         if reference is not None:
             variants["torch"] = reference
-        seconds = interleaved_seconds(variants, args.steps, args.rounds, SETTLE)
+        # on a GPU no BLAS pool spins between steps: no pause
+        seconds = interleaved_seconds(variants, args.steps, args.rounds, 0.0 if gpu else SETTLE)
         times = {k: [t * 1e3 for t in v] for k, v in seconds.items()}
         eager, graph = time_steps_summary(times["eager"]), time_steps_summary(times["graph"])
         torch_s = time_steps_summary(times["torch"]) if "torch" in times else None
