@@ -30,6 +30,7 @@ from singa_lite import _args
 from singa_lite.autograd import Operator
 from singa_lite.backend import cpu_kernels
 from singa_lite.errors import DTypeError
+from singa_lite.ops._util import column_sums
 from singa_lite.tensor import Tensor
 
 # The function `rnn` is re-exported as `singa_lite.ops.rnn`; this module is `ops.recurrent`.
@@ -135,11 +136,11 @@ class _Sequence(Operator, ABC):
                 dx = xp.ascontiguousarray(dx[::-1])
         dWx = xp.matmul(self.x2.T, dxw2) if need_wx else None
         dWh = self._grad_Wh(dhw2) if need_wh else None
-        dBx = dxw2.sum(axis=0) if need_bx else None
+        dBx = column_sums(xp, dxw2) if need_bx else None
         if need_bh and dBx is not None and dhw is dxw:  # (RNN, LSTM) the same sums: a copy
             dBh = dBx.copy()  # of its own, as an update may scale a gradient in place
         else:
-            dBh = dhw2.sum(axis=0) if need_bh else None
+            dBh = column_sums(xp, dhw2) if need_bh else None
         dstates = tuple(d if need else None for d, need in zip(dstates, need_states))
         return (dx, *dstates, dWx, dWh, dBx, dBh)
 
