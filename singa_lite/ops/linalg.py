@@ -42,9 +42,10 @@ def _folds(a: Any, b: Any) -> bool:
     return a.ndim > 2 and b.ndim == 2 and a.shape[-1] == b.shape[0]
 
 
-def matmul_array(xp: Any, a: Any, b: Any) -> Any:
-    """``a @ b`` as ``MatMul`` computes it (ValueError where the shapes do not fit)."""
-    if _folds(a, b):
+def matmul_array(xp: Any, a: Any, b: Any, folded: bool | None = None) -> Any:
+    """``a @ b`` as ``MatMul`` computes it (ValueError where the shapes do not fit);
+    ``folded``: ``_folds(a, b)`` where the caller has it already."""
+    if _folds(a, b) if folded is None else folded:
         return xp.matmul(a.reshape(-1, a.shape[-1]), b).reshape(*a.shape[:-1], b.shape[1])
     return xp.matmul(a, b)
 
@@ -58,7 +59,7 @@ class MatMul(Operator):
             raise self.error("operands must have at least one dimension", a, b)
         self.folded = _folds(a, b)
         try:
-            return matmul_array(self.xp, a, b)
+            return matmul_array(self.xp, a, b, self.folded)
         except ValueError:
             raise self.error("inner dimensions do not match", a, b) from None
 
