@@ -157,6 +157,33 @@ def test_depthwise_matches_the_tap_loop(case: tuple, parallel: bool, strided: bo
         np.testing.assert_array_equal(dx, dx_ref)
 
 
+@SETTINGS
+@given(
+    depthwise_cases(),
+    st.sampled_from([(0.0, np.inf), (0.0, 6.0), (-np.inf, 0.5), (-1.0, -1.0)]),
+    st.booleans(),
+)
+def test_depthwise_bias_and_clamp_equal_the_separate_passes(
+    case: tuple, bounds: tuple, parallel: bool
+) -> None:
+    """The forward's epilogue (``bias``, a fused ReLU or Clip) against the kernel without it
+    followed by ``y += b`` and ``np.clip``: the same bits, a NaN kept as NaN."""
+    x, w, dy, pads, stride, dilation = case
+    b = np.random.default_rng(0).standard_normal(w.shape[0]).astype(x.dtype)
+    if x.size:
+        x = x.copy()
+        x.flat[0] = np.nan
+    with kernels(True, parallel):
+        plain = dw_kernels.depthwise_forward(x, w, stride, dilation, pads, dy.shape[2:])
+        biased = dw_kernels.depthwise_forward(x, w, stride, dilation, pads, dy.shape[2:], b)
+        fused = dw_kernels.depthwise_forward(x, w, stride, dilation, pads, dy.shape[2:], b, bounds)
+    plain += b.reshape(1, -1, 1, 1)
+    np.testing.assert_array_equal(biased, plain)
+    lo, hi = (x.dtype.type(v) for v in bounds)
+    np.testing.assert_array_equal(fused, np.clip(plain, lo, hi))
+    assert fused.dtype == x.dtype and fused.flags.c_contiguous
+
+
 @st.composite
 def same_width_cases(draw: st.DrawFn) -> tuple:
     """Stride 1 with the columns padded to keep the width: the kernels' flat planes, whose

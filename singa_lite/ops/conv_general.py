@@ -115,7 +115,7 @@ class _ConvEngine(Operator):
             and not any(pb or pe for pb, pe in self.pads)
         )
         shapes = (self.n, x.shape, W.shape, g, x.dtype, xp.__name__)
-        self.strategy = select(*shapes, grad, self.transposed, kernels, positions, pointwise)
+        self.strategy = select(*shapes, grad, self.transposed, kernels, pointwise)
         self.has_bias = b is not None
         if self.strategy not in IMAGE:
             geo = GeometryNd(W.shape[2:], self.stride, self.dilation, self.pads, positions, g)

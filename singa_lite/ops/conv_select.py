@@ -6,8 +6,8 @@ the arrays, and runs the strategy it names:
 
 * ``one_image``: batch-1 inference, ``W @ col`` straight into NCHW, kn2row, 1x1 convs as one
   GEMM (``ops.conv_infer``);
-* ``depthwise_infer``: depthwise inference, one ``einsum`` over channels-last windows
-  (``ops.depthwise``);
+* ``depthwise_infer``: depthwise inference without the compiled kernels, one ``einsum`` over
+  channels-last windows (``ops.depthwise``);
 * ``depthwise``: depthwise with a backward, the tap loop (``ops.depthwise``);
 * ``depthwise_kernel``: the same by the compiled CPU kernels (``backend/cpu_kernels/conv.py``);
 * ``pointwise``: a 1x1 kernel at stride 1, unpadded, one group: per-image products in NCHW
@@ -34,15 +34,6 @@ IMAGE = (
 """The strategies that run on ``(N, C, H, W)`` images (a 1-D input gets a unit height)."""
 STRATEGIES = (*IMAGE, "columns", "columns_transpose")
 
-KERNEL_INFER_MIN_PLANE = 784
-"""Smallest output plane (28x28) on which depthwise inference takes the compiled loops over the
-einsum. Measured on MobileNetV2's 3x3 depthwise convs at batch 1, one thread: the loops take
-0.31x the einsum's time at 112x112, 0.5-0.9x from 56x56 to 28x28, but 1.2-2.5x at 14x14 and
-7x7, where the einsum's one pass over many channels wins over per-plane loops. Re-measured
-inside the models after the loops' phase-plane rewrite (which made small planes 2-3x faster),
-the loops at every size: MobileNetV2 6% faster, ShuffleNetV2 the same, ShuffleNet 15% slower
-(its depthwise convs read channel-shuffled views, which the loops copy first)."""
-
 
 def select(
     rank: int,
@@ -54,16 +45,13 @@ def select(
     grad: bool,
     transposed: bool = False,
     kernels: bool = False,
-    out_size: Sequence[int] = (),
     pointwise: bool = False,
 ) -> str:
     """The strategy (one of ``STRATEGIES``) for a convolution of ``x_shape`` by ``w_shape`` over
     ``rank`` spatial axes with ``group`` groups; ``backend`` is the array module's name
     (``"numpy"``, ``"cupy"``), ``grad`` whether a backward will follow, ``kernels`` whether the
-    compiled CPU kernels take arrays of this ``dtype`` (``cpu_kernels.usable``), ``out_size``
-    the output's spatial size where known (it decides depthwise inference: see
-    ``KERNEL_INFER_MIN_PLANE``), ``pointwise`` whether the kernel is 1x1 at stride 1 with no
-    padding.
+    compiled CPU kernels take arrays of this ``dtype`` (``cpu_kernels.usable``), ``pointwise``
+    whether the kernel is 1x1 at stride 1 with no padding.
 
     >>> select(2, (1, 8, 9, 9), (16, 8, 3, 3), 1, "float32", "numpy", grad=False)
     'one_image'
@@ -78,10 +66,11 @@ def select(
         return "blocks_transpose"
     depthwise = w_shape[1] == 1 and group > 1
     if depthwise:
-        # The compiled loops read the input once per output row; only the host has them.
-        host = kernels and backend == "numpy" and str(dtype) in ("float32", "float64")
-        large = len(out_size) == 2 and out_size[0] * out_size[1] >= KERNEL_INFER_MIN_PLANE
-        if host and (grad or large):
+        # The compiled loops (only the host has them) add the bias as they write the output.
+        # Measured in the models at batch 1, one thread, interleaved, against the einsum on
+        # planes under 28x28: MobileNetV2 21.3 vs 22.8 ms, ShuffleNetV2 14.5 vs 15.6, ShuffleNet
+        # 16.5 vs 18.0 (the einsum had won the small planes before the bias moved into the loops).
+        if kernels and backend == "numpy" and str(dtype) in ("float32", "float64"):
             return "depthwise_kernel"
         return "depthwise" if grad else "depthwise_infer"
     if not grad and x_shape[0] == 1:

@@ -75,10 +75,9 @@ class Depthwise(Plan):
     def forward(self, x: Any, W: Any, b: Any) -> Any:
         self.x_shape, self.W = x.shape, W
         if self.kernels is not None:
-            self.x = x
-            y = self.kernels.depthwise_forward(x, W, self.stride, self.dilation, self.pads, self.out_hw)
-        else:
-            y = self._depthwise_forward(x, W)
+            self.x = x  # the bias is added as the kernel writes the output
+            return self.kernels.depthwise_forward(x, W, self.stride, self.dilation, self.pads, self.out_hw, b)
+        y = self._depthwise_forward(x, W)
         if b is not None:
             y += b.reshape(1, -1, 1, 1)
         return y

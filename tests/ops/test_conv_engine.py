@@ -153,15 +153,11 @@ def _select(rank=2, x=(4, 8, 9, 9), w=(16, 8, 3, 3), group=1, dtype="float32", b
         (dict(w=(8, 1, 3, 3), group=8, kernels=True), "depthwise_kernel"),
         (dict(w=(8, 1, 3, 3), group=8, kernels=True, backend="cupy"), "depthwise"),
         (dict(w=(8, 1, 3, 3), group=8, kernels=True, dtype="float16"), "depthwise"),
-        (dict(w=(8, 1, 3, 3), group=8, kernels=True, grad=False), "depthwise_infer"),
-        # inference on large planes takes the compiled loops, on small ones the einsum
-        (dict(w=(8, 1, 3, 3), group=8, kernels=True, grad=False, out_size=(28, 28)), "depthwise_kernel"),
-        (dict(w=(8, 1, 3, 3), group=8, kernels=True, grad=False, out_size=(27, 28)), "depthwise_infer"),
-        (dict(w=(8, 1, 3, 3), group=8, kernels=False, grad=False, out_size=(56, 56)), "depthwise_infer"),
-        (
-            dict(w=(8, 1, 3, 3), group=8, kernels=True, grad=False, out_size=(56, 56), backend="cupy"),
-            "depthwise_infer",
-        ),
+        # inference takes the compiled loops where they take the arrays, else the einsum
+        (dict(w=(8, 1, 3, 3), group=8, kernels=True, grad=False), "depthwise_kernel"),
+        (dict(x=(1, 8, 3, 3), w=(8, 1, 3, 3), group=8, kernels=True, grad=False), "depthwise_kernel"),
+        (dict(w=(8, 1, 3, 3), group=8, kernels=False, grad=False), "depthwise_infer"),
+        (dict(w=(8, 1, 3, 3), group=8, kernels=True, grad=False, backend="cupy"), "depthwise_infer"),
         (dict(w=(8, 2, 3, 3), group=4, grad=True), "blocks"),  # grouped, not depthwise
         (dict(w=(16, 8, 1, 1), pointwise=True), "pointwise"),
         (dict(w=(16, 8, 1, 1), pointwise=True, grad=False), "pointwise"),  # a batch
@@ -219,7 +215,7 @@ def _rand(shape: tuple, seed: int) -> np.ndarray:
     [
         ((2, 4, 6, 5), (6, 4, 3, 3), 1, ("blocks", "blocks")),
         ((1, 4, 6, 5), (6, 4, 3, 3), 1, ("one_image", "blocks")),
-        ((2, 4, 6, 5), (8, 1, 3, 3), 4, ("depthwise_infer", "depthwise*")),
+        ((2, 4, 6, 5), (8, 1, 3, 3), 4, ("depthwise*", "depthwise*")),  # the kernels where they run
         ((2, 4, 7), (6, 2, 3), 2, ("blocks", "blocks")),
         ((2, 4, 3, 4, 5), (6, 4, 3, 3, 3), 1, ("columns", "columns")),
     ],

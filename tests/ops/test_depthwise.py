@@ -80,8 +80,8 @@ def test_inference_equals_recorded_path(dev, case, seed, monkeypatch):
     def no_tap_loop(*_):
         raise AssertionError("inference ran the recording tap loop")
 
-    with monkeypatch.context() as mp:  # the no-backward call must take the einsum path
-        mp.setattr(depthwise.Depthwise, "forward", no_tap_loop)
+    with monkeypatch.context() as mp:  # the no-backward call: the einsum or the compiled loops
+        mp.setattr(depthwise.Depthwise, "_depthwise_forward", no_tap_loop)
         inferred = _conv(arrays, dev, geo, record=False)
     assert inferred.dtype == recorded.dtype == dtype and inferred.shape == recorded.shape
     tol = 1e-5 if dtype == np.float32 else 1e-12
@@ -129,11 +129,11 @@ def test_shufflenet_sizes_float32():
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize(
     ("H", "stride", "strategy"),
-    [(28, 1, "depthwise_kernel"), (56, 2, "depthwise_kernel"), (14, 1, "depthwise_infer")],
+    [(28, 1, "depthwise_kernel"), (56, 2, "depthwise_kernel"), (7, 1, "depthwise_kernel")],
 )
-def test_inference_on_large_planes_takes_the_kernels(H, stride, strategy, dtype):
-    """Depthwise inference runs the compiled loops from a 28x28 output plane up
-    (``conv_select.KERNEL_INFER_MIN_PLANE``), the einsum below; both equal the reference."""
+def test_inference_takes_the_kernels(H, stride, strategy, dtype):
+    """Depthwise inference runs the compiled loops at every plane size, the bias added as they
+    write the output; the result equals the reference."""
     x, w, b = _rand((1, 8, H, H), dtype, 9), _rand((16, 1, 3, 3), dtype, 10), _rand((16,), dtype, 11)
     op = conv.Conv2d(stride=stride, padding=1, group=8)
     y = op(*(tensor.Tensor(data=a, requires_grad=False) for a in (x, w, b)))[0]

@@ -316,6 +316,62 @@ def test_conv_output_read_elsewhere_keeps_the_pool_after_it() -> None:
     assert [n.op for n in rep.inference_program.nodes] == ["Relu", "Conv", "AveragePool"]  # type: ignore[attr-defined]
 
 
+# -- Conv -> Relu / Clip as one node -------------------------------------------------------------
+def _conv_act(rng: np.random.Generator, act: str, group: int = 1, batch: int = 1) -> tuple[list, dict]:
+    """A conv (depthwise where ``group`` is 6) read by ``act``: Relu, Clip(0, 6) as opset-13
+    inputs, or Clip with an open lower end."""
+    inits: dict = {"W": rng.standard_normal((6, 6 // group, 3, 3)), "B": rng.standard_normal(6)}
+    nodes = [helper.make_node("Conv", ["x", "W", "B"], ["c"], pads=[1, 1, 1, 1], group=group)]
+    if act == "Relu":
+        nodes.append(helper.make_node("Relu", ["c"], ["y"]))
+    else:
+        inits["hi"] = np.array(0.5 if act == "ClipHigh" else 6.0)
+        lo = "" if act == "ClipHigh" else "lo"
+        if lo:
+            inits["lo"] = np.array(0.0)
+        nodes.append(helper.make_node("Clip", ["c", lo, "hi"], ["y"]))
+    return nodes, inits
+
+
+@pytest.mark.parametrize("act", ["Relu", "Clip", "ClipHigh"])
+@pytest.mark.parametrize("group, batch, size", [(1, 1, 6), (6, 1, 30), (6, 2, 30), (6, 1, 5)])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_conv_runs_its_activation(act: str, group: int, batch: int, size: int, dtype: type) -> None:
+    """Batch-1 GEMM, depthwise on the compiled kernels (30x30) and by einsum (5x5), a batch:
+    one node, clamped as the separate Relu or Clip would."""
+    rng = np.random.default_rng(40)
+    nodes, inits = _conv_act(rng, act, group)
+    shape = [batch, 6, size, size]
+    rep = _check(_model(nodes, inits, shape, dtype=dtype), rng.standard_normal(shape).astype(dtype))
+    program = rep.inference_program  # type: ignore[attr-defined]
+    assert [n.op for n in program.nodes] == ["Conv"]
+    assert (
+        program.handlers[0].bounds
+        == {"Relu": (0.0, np.inf), "Clip": (0.0, 6.0), "ClipHigh": (-np.inf, 0.5)}[act]
+    )
+
+
+def test_conv_read_twice_or_as_an_output_keeps_its_activation_apart() -> None:
+    rng = np.random.default_rng(41)
+    nodes, inits = _conv_act(rng, "Relu", 6)
+    x = rng.standard_normal((1, 6, 30, 30)).astype(np.float32)
+    rep = _check(_model(nodes, inits, [1, 6, 30, 30], outputs=("y", "c")), x)
+    assert [n.op for n in rep.inference_program.nodes] == ["Conv", "Relu"]  # type: ignore[attr-defined]
+    twice = [*nodes, helper.make_node("Neg", ["c"], ["z"])]
+    rep = _check(_model(twice, inits, [1, 6, 30, 30], outputs=("y", "z")), x)
+    assert [n.op for n in rep.inference_program.nodes] == ["Conv", "Relu", "Neg"]  # type: ignore[attr-defined]
+
+
+def test_clip_of_bounds_computed_at_run_time_is_not_fused() -> None:
+    rng = np.random.default_rng(42)
+    nodes, inits = _conv_act(rng, "Clip", 6)
+    nodes.insert(1, helper.make_node("ReduceMin", ["x"], ["xmin"], keepdims=0))
+    nodes[-1] = helper.make_node("Clip", ["c", "xmin", "hi"], ["y"])
+    del inits["lo"]
+    rep = _check(_model(nodes, inits, [1, 6, 30, 30]), rng.standard_normal((1, 6, 30, 30)).astype(np.float32))
+    assert "Clip" in [n.op for n in rep.inference_program.nodes]  # type: ignore[attr-defined]
+
+
 # -- the pass interface: optimize() and prepare(optimize=False) ------------------------------------
 def _conv_bn_relu(rng: np.random.Generator) -> tuple[list, dict]:
     inits: dict = {"W": rng.standard_normal((4, 3, 3, 3)), "B": rng.standard_normal(4)}
@@ -378,7 +434,11 @@ def test_optimize_runs_the_passes_given_in_order_and_leaves_the_program_alone() 
     assert folded.handlers == [HANDLERS["Conv"], HANDLERS["Relu"]]  # not packed, not in place
     assert [n.op for n in program.nodes] == ["Conv", "BatchNormalization", "Relu"]
     everything = fusion.optimize(program)
-    assert [type(h).__name__ for h in everything.handlers] == ["PackedConv", "_InPlaceHandler"]
+    assert [type(h).__name__ for h in everything.handlers] == ["PackedConv"]  # the Relu runs inside
+    assert everything.handlers[0].bounds == (0.0, np.inf)
+    without = [p for p in fusion.PASSES if p.name != "conv_activation"]
+    in_place = fusion.optimize(program, without)
+    assert [type(h).__name__ for h in in_place.handlers] == ["PackedConv", "_InPlaceHandler"]
     assert len({p.name for p in fusion.PASSES}) == len(fusion.PASSES)
 
 

@@ -109,6 +109,25 @@ def _rows_into(dst: Any, d0: int, dstride: int, src: Any, s0: int, sstride: int,
 
 
 @helper
+def _rows_out(
+    dst: Any, d0: int, wo: int, src: Any, wb: int, rows: int, b: Any, lo: Any, hi: Any, clamp: bool
+) -> None:
+    """Rows of ``src`` (``wb`` apart) into ``dst`` (``wo`` apart from ``d0``), ``b`` added to
+    each cell and, with ``clamp``, the sum clamped to ``[lo, hi]``: the conv's bias and a
+    fused ReLU or Clip, added and rounded as the separate passes do (a NaN stays NaN)."""
+    for r in range(rows):
+        a, c = _U(d0 + r * wo), _U(r * wb)
+        if clamp:
+            for t in range(_U(wo)):
+                v = src[c + t] + b
+                v = lo if v < lo else v
+                dst[a + t] = hi if v > hi else v
+        else:
+            for t in range(_U(wo)):
+                dst[a + t] = src[c + t] + b
+
+
+@helper
 def _phase_layout(geo: Any, kh: int, kw: int, Ho: int, Wo: int) -> Any:
     """The phase planes of one call (see the module's docstring): ``(oa_lo, ob_lo, Hb, Wb,
     span, rows, cols)`` (``rows``, ``cols``: how far a tap reaches below and right of the
@@ -193,7 +212,7 @@ def _from_phases(
 
 
 @exact_parallel
-def _forward(x: Any, w: Any, y: Any, geo: Any, m: int) -> None:
+def _forward(x: Any, w: Any, y: Any, geo: Any, m: int, bias: Any, bounds: Any) -> None:
     sh, sw = geo[0], geo[1]
     N, O, Ho, Wo = y.shape
     C, H, W = x.shape[1], x.shape[2], x.shape[3]
@@ -206,6 +225,7 @@ def _forward(x: Any, w: Any, y: Any, geo: Any, m: int) -> None:
         taps[t] = t
     # The input planes go to the threads in chunks, each with its own buffers; a plane's
     # phases are made once for its m output channels.
+    lo, hi, clamp = bounds[0], bounds[1], bounds[0] > -np.inf or bounds[1] < np.inf
     planes = N * C
     chunks = min(planes, _CHUNKS)
     for chunk in prange(chunks):
@@ -217,7 +237,7 @@ def _forward(x: Any, w: Any, y: Any, geo: Any, m: int) -> None:
             for k in range(m):
                 o = c * m + k
                 _tap_pass(ybuf, _U(0), _U(Ho * Wb), phases, offs, taps, 0, kh * kw, wf, o * kh * kw, True)
-                _rows_into(yf, (n * O + o) * Ho * Wo, Wo, ybuf, 0, Wb, Ho)
+                _rows_out(yf, (n * O + o) * Ho * Wo, Wo, ybuf, Wb, Ho, bias[o], lo, hi, clamp)
 
 
 @exact
@@ -288,20 +308,32 @@ def _geometry(stride: Any, dilation: Any, pads: Any) -> np.ndarray:
 
 
 def depthwise_forward(
-    x: np.ndarray, w: np.ndarray, stride: Any, dilation: Any, pads: Any, out_hw: Any
+    x: np.ndarray,
+    w: np.ndarray,
+    stride: Any,
+    dilation: Any,
+    pads: Any,
+    out_hw: Any,
+    bias: np.ndarray | None = None,
+    bounds: tuple[float, float] | None = None,
 ) -> np.ndarray:
     """Depthwise convolution of NCHW ``x (N, C, H, W)`` with ``w (C*m, 1, kh, kw)``: output
     channel ``o`` reads input channel ``o // m``. ``pads`` is ``(top, bottom, left, right)``,
     ``stride``, ``dilation`` and ``out_hw`` are pairs the caller has checked (``out_hw`` as
-    ``ops.conv.Conv2d`` works it out). Returns a new C-contiguous ``(N, C*m, Ho, Wo)`` array in
-    ``x``'s dtype (float32 or float64; ``w`` is cast to it)."""
+    ``ops.conv.Conv2d`` works it out). ``bias (C*m,)`` is added to the sums and the result
+    clamped to ``bounds = (lo, hi)`` (a fused ReLU or Clip; ``-inf``/``inf`` for no bound) as
+    they are written out, rounded as a separate ``y += b`` and clamp would be. Returns a new
+    C-contiguous ``(N, C*m, Ho, Wo)`` array in ``x``'s dtype (float32 or float64; ``w`` and
+    ``bias`` are cast to it)."""
     x = np.ascontiguousarray(x)
     w = np.ascontiguousarray(w, dtype=x.dtype)
     N, C = x.shape[:2]
     O, _, kh, kw = w.shape
+    b = np.zeros(O, x.dtype) if bias is None else np.ascontiguousarray(bias, dtype=x.dtype).reshape(O)
+    lohi = np.array((-np.inf, np.inf) if bounds is None else [x.dtype.type(v) for v in bounds], np.float64)
     y = np.empty((N, O, *out_hw), x.dtype)
     if y.size:
-        _forward(y.size * kh * kw, x, w, y, _geometry(stride, dilation, pads), O // C)
+        _forward(y.size * kh * kw, x, w, y, _geometry(stride, dilation, pads), O // C, b, lohi)
     return y
 
 

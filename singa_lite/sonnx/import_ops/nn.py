@@ -8,13 +8,14 @@ done with differentiable ops so that a trained ``SONNXModel`` updates the ONNX-s
 
 from __future__ import annotations
 
+import copy
 import math
 from collections.abc import Sequence
 
 import numpy as np
 
 from singa_lite import autograd, ops
-from singa_lite.ops import conv_infer, unary, window
+from singa_lite.ops import conv_infer, conv_select, depthwise, unary, window
 from singa_lite.sonnx import limits
 from singa_lite.sonnx.import_ops.base import (
     GATE_ORDER,
@@ -128,15 +129,26 @@ def _conv(x: Tensor, W: Tensor, B: Tensor | None, checked: tuple) -> Tensor:
 class PackedConv:
     """A Conv node of an inference program whose weight and bias are constants: its weight
     with the bias appended as a column is made once, so that a batch-1 run adds the bias in
-    the GEMM (``conv.conv2d_one_image``). Any other input (a batch, 1-D, depthwise) runs
-    ``Conv``. Not an ONNX operator: ``SingaRep``'s fused program swaps it in."""
+    the GEMM (``conv.conv2d_one_image``); a depthwise conv on the compiled CPU kernels adds it
+    as the kernel writes the output. ``bounds = (lo, hi)`` is a Relu or Clip fused in
+    (``fusion.ConvActivation``): the output clamped where it is made (the depthwise kernel)
+    or in place after. Any other input (1-D, another dtype) runs ``Conv``. Not an ONNX
+    operator: ``SingaRep``'s fused program swaps it in."""
 
-    def __init__(self, W: Tensor, B: Tensor, group: int) -> None:
+    def __init__(self, W: Tensor, B: Tensor, group: int, bounds: tuple[float, float] | None = None) -> None:
         xp = W.device.xp
         self.Wb = conv_infer.one_image_weight(xp, W.data, B.data, group)
+        self.bounds = bounds
         # _conv_checks' answer per input shape and dtype (the weight and bias are constants):
         # the checks and the geometry they work out cost ~90 us a node, a run repeats them.
         self.checked: dict[tuple, tuple] = {}
+
+    @classmethod
+    def with_bounds(cls, conv: PackedConv, bounds: tuple[float, float]) -> PackedConv:
+        """``conv`` (its packed weight shared) with the activation ``bounds`` fused in."""
+        fused = copy.copy(conv)
+        fused.bounds, fused.checked = bounds, {}
+        return fused
 
     @staticmethod
     def fits(W: Tensor, B: Tensor, group: int) -> bool:
@@ -146,7 +158,7 @@ class PackedConv:
 
     def __call__(self, n: Node, x: Tensor, W: Tensor, B: Tensor | None = None) -> Tensor:
         if B is None or x.ndim() != 4 or W.ndim() != 4:
-            return Conv(n, x, W, B)
+            return self._clamped(Conv(n, x, W, B))
         key = (x.shape, x.dtype, W.shape, B.shape)
         checked = self.checked.get(key)
         if checked is None:
@@ -154,12 +166,40 @@ class PackedConv:
                 self.checked.clear()
             checked = _conv_checks(n, x, W, B)
             _, strides, dilations, pads, group = checked
-            geometry = (tuple(strides), window.flat(window.onnx_pairs(pads)), tuple(dilations), group)
-            checked = self.checked[key] = (*checked, geometry)
-        y = conv_infer.conv2d_one_image(x.device.xp, x.data, W.data, B.data, self.Wb, *checked[5])
-        if y is not None:
+            pairs = window.onnx_pairs(pads)
+            geometry = (tuple(strides), window.flat(pairs), tuple(dilations), group)
+            out_hw = tuple(window.out_size(x.shape[2:], W.shape[2:], strides, pairs, dilations))
+            xp = x.device.xp
+            kernels = depthwise.kernels_take(xp, x.data, W.data)
+            on_kernels = conv_select.select(
+                2, x.shape, W.shape, group, x.dtype, xp.__name__, False, False, kernels
+            )
+            checked = self.checked[key] = (
+                *checked,
+                geometry,
+                out_hw if on_kernels == "depthwise_kernel" else None,
+            )
+        if checked[6] is not None:  # depthwise on the compiled kernels: bias and clamp as it writes
+            (strides, pads, dilations, _), out_hw = checked[5], checked[6]
+            from singa_lite.backend.cpu_kernels import conv as dw  # Numba: imported once wanted
+
+            y = dw.depthwise_forward(x.data, W.data, strides, dilations, pads, out_hw, B.data, self.bounds)
             return Tensor._wrap(y, x.device, False, None, 0)
-        return _conv(x, W, B, checked[:5])
+        y1 = conv_infer.conv2d_one_image(x.device.xp, x.data, W.data, B.data, self.Wb, *checked[5])
+        if y1 is not None:
+            return self._clamped(Tensor._wrap(y1, x.device, False, None, 0))
+        return self._clamped(_conv(x, W, B, checked[:5]))
+
+    def _clamped(self, y: Tensor) -> Tensor:
+        """``y`` (a new array nothing else holds) clamped in place to the fused bounds."""
+        if self.bounds is not None:
+            xp, a = y.device.xp, y.data
+            lo, hi = self.bounds
+            if hi == math.inf:
+                xp.maximum(a, a.dtype.type(lo), out=a)
+            else:
+                xp.clip(a, a.dtype.type(lo), a.dtype.type(hi), out=a)
+        return y
 
 
 def ConvTranspose(n: Node, x: Tensor, W: Tensor, B: Tensor | None = None) -> Tensor:
