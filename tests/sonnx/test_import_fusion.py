@@ -317,11 +317,14 @@ def test_conv_output_read_elsewhere_keeps_the_pool_after_it() -> None:
 
 
 # -- Conv -> Relu / Clip as one node -------------------------------------------------------------
-def _conv_act(rng: np.random.Generator, act: str, group: int = 1, batch: int = 1) -> tuple[list, dict]:
-    """A conv (depthwise where ``group`` is 6) read by ``act``: Relu, Clip(0, 6) as opset-13
-    inputs, or Clip with an open lower end."""
-    inits: dict = {"W": rng.standard_normal((6, 6 // group, 3, 3)), "B": rng.standard_normal(6)}
-    nodes = [helper.make_node("Conv", ["x", "W", "B"], ["c"], pads=[1, 1, 1, 1], group=group)]
+def _conv_act(
+    rng: np.random.Generator, act: str, group: int = 1, k: int = 3, out: int = 6
+) -> tuple[list, dict]:
+    """A ``k x k`` conv (depthwise where ``group`` is 6) read by ``act``: Relu, Clip(0, 6) as
+    opset-13 inputs, or Clip with an open lower end."""
+    inits: dict = {"W": rng.standard_normal((out, 6 // group, k, k)), "B": rng.standard_normal(out)}
+    pads = [k // 2] * 4
+    nodes = [helper.make_node("Conv", ["x", "W", "B"], ["c"], pads=pads, group=group)]
     if act == "Relu":
         nodes.append(helper.make_node("Relu", ["c"], ["y"]))
     else:
@@ -334,13 +337,19 @@ def _conv_act(rng: np.random.Generator, act: str, group: int = 1, batch: int = 1
 
 
 @pytest.mark.parametrize("act", ["Relu", "Clip", "ClipHigh"])
-@pytest.mark.parametrize("group, batch, size", [(1, 1, 6), (6, 1, 30), (6, 2, 30), (6, 1, 5)])
+@pytest.mark.parametrize(
+    "group, k, out, batch, size",
+    [(1, 3, 6, 1, 6), (1, 1, 12, 1, 50), (1, 1, 3, 1, 5), (1, 3, 6, 2, 6), (6, 3, 6, 1, 30), (6, 3, 6, 2, 5)],
+)
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-def test_conv_runs_its_activation(act: str, group: int, batch: int, size: int, dtype: type) -> None:
-    """Batch-1 GEMM, depthwise on the compiled kernels (30x30) and by einsum (5x5), a batch:
-    one node, clamped as the separate Relu or Clip would."""
+def test_conv_runs_its_activation(
+    act: str, group: int, k: int, out: int, batch: int, size: int, dtype: type
+) -> None:
+    """Batch 1 by GEMM (im2col in bands, a widening 1x1 conv in bands with the bias row, a
+    narrowing one on the image), a batch, depthwise (the compiled loops where they run): one
+    node, clamped as the separate Relu or Clip would."""
     rng = np.random.default_rng(40)
-    nodes, inits = _conv_act(rng, act, group)
+    nodes, inits = _conv_act(rng, act, group, k, out)
     shape = [batch, 6, size, size]
     rep = _check(_model(nodes, inits, shape, dtype=dtype), rng.standard_normal(shape).astype(dtype))
     program = rep.inference_program  # type: ignore[attr-defined]
