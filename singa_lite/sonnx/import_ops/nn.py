@@ -132,8 +132,8 @@ class PackedConv:
     the GEMM (``conv.conv2d_one_image``); a depthwise conv on the compiled CPU kernels adds it
     as the kernel writes the output. ``bounds = (lo, hi)`` is a Relu or Clip fused in
     (``fusion.ConvActivation``): the output clamped where it is made (the depthwise kernel)
-    or in place after. Any other input (1-D, another dtype) runs ``Conv``. Not an ONNX
-    operator: ``SingaRep``'s fused program swaps it in."""
+    or in place after. Any other input (a batch, 1-D, a depthwise conv off the kernels) runs
+    ``Conv``. Not an ONNX operator: ``SingaRep``'s fused program swaps it in."""
 
     def __init__(self, W: Tensor, B: Tensor, group: int, bounds: tuple[float, float] | None = None) -> None:
         xp = W.device.xp
