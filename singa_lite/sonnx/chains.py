@@ -139,7 +139,7 @@ class ElementwiseChains:
             return
         x = add.inputs[0] if self._scalar(add.inputs[1]) == 3.0 else add.inputs[1]
         c = self._next(k, "Clip")
-        if c is None or self._bounds(self.program.nodes[c]) != (0.0, 6.0):
+        if c is None or clip_bounds(self.program, self.program.nodes[c]) != (0.0, 6.0):
             return
         first = self._next(c)
         second = None if first is None else self._next(first)
@@ -167,18 +167,32 @@ class ElementwiseChains:
         other = self._scalar(node.inputs[1 - node.inputs.index(value)])
         return node.op == "Mul" and other is not None and abs(other - 1 / 6) < 1e-7
 
-    def _bounds(self, clip: Node) -> tuple[float | None, float | None]:
-        if clip.opset < 11:
-            return clip.attr("min"), clip.attr("max")
-        lo, hi = (clip.inputs[i] if len(clip.inputs) > i else "" for i in (1, 2))
-        return self._scalar(lo), self._scalar(hi)
-
     def _scalar(self, name: str) -> float | None:
-        """The value of a one-element float constant ``name``, else ``None``."""
-        t = self.program.constants.get(name) if name else None
-        if not isinstance(t, Tensor) or t.size() != 1 or t.dtype.kind != "f":
+        return scalar_constant(self.program, name)
+
+
+def scalar_constant(program: Program, name: str) -> float | None:
+    """The value of a one-element float constant ``name`` of ``program``, else ``None``."""
+    t = program.constants.get(name) if name else None
+    if not isinstance(t, Tensor) or t.size() != 1 or t.dtype.kind != "f":
+        return None
+    return float(backend.to_host(t.data).reshape(-1)[0])
+
+
+def clip_bounds(program: Program, clip: Node) -> tuple[float | None, float | None] | None:
+    """A Clip node's ``(min, max)`` (None for an open end: an omitted input or attribute), or
+    None where a given bound is not a one-element float constant (computed at run time)."""
+    if clip.opset < 11:
+        lo, hi = clip.attr("min"), clip.attr("max")
+        return (None if lo is None else float(lo)), (None if hi is None else float(hi))
+    ends = []
+    for i in (1, 2):
+        name = clip.inputs[i] if len(clip.inputs) > i else ""
+        value = scalar_constant(program, name)
+        if name and value is None:
             return None
-        return float(backend.to_host(t.data).reshape(-1)[0])
+        ends.append(value)
+    return ends[0], ends[1]
 
 
 def _plain_or_in_place(fn: Callable, op: str) -> bool:

@@ -39,7 +39,7 @@ import numpy as np
 
 from singa_lite import backend
 from singa_lite.errors import OnnxError, SingaLiteError
-from singa_lite.sonnx.chains import ElementwiseChains, _InPlaceHandler, _readers
+from singa_lite.sonnx.chains import ElementwiseChains, _InPlaceHandler, _readers, clip_bounds
 from singa_lite.sonnx.direct import DirectOps
 from singa_lite.sonnx.import_ops import HANDLERS, HOST_INPUTS
 from singa_lite.sonnx.import_ops.base import Node
@@ -462,21 +462,11 @@ class ConvActivation:
         """``(lo, hi)`` of a plain Relu or Clip node (``-inf``/``inf`` for an open end), else None."""
         if act.op == "Relu" and fn is HANDLERS["Relu"]:
             return 0.0, math.inf
-        if act.op != "Clip" or fn is not HANDLERS["Clip"]:
+        ends = clip_bounds(program, act) if act.op == "Clip" and fn is HANDLERS["Clip"] else None
+        if ends is None:
             return None
-        if act.opset < 11:
-            lo, hi = act.attr("min"), act.attr("max")
-        else:
-            ends = []
-            for i in (1, 2):
-                name = act.inputs[i] if len(act.inputs) > i else ""
-                t = program.constants.get(name) if name else None
-                if name and (not isinstance(t, Tensor) or t.size() != 1 or t.dtype.kind != "f"):
-                    return None  # a bound computed at run time, or not one float
-                ends.append(None if t is None else float(backend.to_host(t.data).reshape(-1)[0]))
-            lo, hi = ends
-        lo = -math.inf if lo is None else float(lo)
-        hi = math.inf if hi is None else float(hi)
+        lo = -math.inf if ends[0] is None else ends[0]
+        hi = math.inf if ends[1] is None else ends[1]
         return None if math.isnan(lo) or math.isnan(hi) or (lo, hi) == (-math.inf, math.inf) else (lo, hi)
 
 
@@ -705,8 +695,9 @@ PASSES: tuple[Pass, ...] = (
 )
 """The passes ``optimize`` runs. The order matters: ``StaticShapes`` comes first, so that the
 others see the constants it folds (``DirectOps`` builds a Slice of constant arguments in);
-``FoldAffineReluConv`` looks for the affine
-nodes ``FoldAffineChains`` made and, like ``PoolBeforeConv``, for plain Conv handlers, which
-``PackConvs`` then packs; ``InPlace`` looks for what produces fresh arrays (Conv, packed or not,
-and affine nodes); ``ElementwiseChains`` takes in-place Add and Relu handlers into its Add +
-Relu node; ``DirectOps`` takes the plain handlers left."""
+``FoldAffineReluConv`` looks for the affine nodes ``FoldAffineChains`` made and, like
+``PoolBeforeConv``, for plain Conv handlers, which ``PackConvs`` then packs; ``ConvActivation``
+takes a plain Relu or Clip into a packed Conv before ``InPlace`` would make it in-place;
+``InPlace`` looks for what produces fresh arrays (Conv, packed or not, and affine nodes);
+``ElementwiseChains`` takes in-place Add and Relu handlers into its Add + Relu node;
+``DirectOps`` takes the plain handlers left."""
