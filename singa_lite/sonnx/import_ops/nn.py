@@ -172,7 +172,7 @@ class PackedConv:
             xp = x.device.xp
             kernels = depthwise.kernels_take(xp, x.data, W.data)
             on_kernels = conv_select.select(
-                2, x.shape, W.shape, group, x.dtype, xp.__name__, False, False, kernels
+                2, x.shape, W.shape, group, x.dtype, xp.__name__, grad=False, kernels=kernels
             )
             checked = self.checked[key] = (
                 *checked,
