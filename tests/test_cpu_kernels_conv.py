@@ -351,6 +351,92 @@ def test_pools_match_the_numpy_path(case: tuple, kind: str, recorded: bool, para
             np.testing.assert_array_equal(got[1] != 0, ref[1] != 0)
 
 
+def run_inference_pool(fn: Any, x: np.ndarray, on: bool, parallel: bool = False) -> np.ndarray:
+    """An inference pool with the kernels on or off and ``ops.pool``'s own gates: with them on,
+    one or two axes take the plane sweep (``pool_sweep``)."""
+    with switch(on, parallel):
+        return tensor.to_numpy(fn(tensor.Tensor(device=DEV, data=x)))
+
+
+@SETTINGS
+@given(pool_cases(), st.sampled_from(["max", "avg", "avg_exclude"]), st.booleans())
+def test_inference_pool_sweep_matches_the_numpy_sweep(case: tuple, kind: str, parallel: bool) -> None:
+    """The plane sweep against the separable NumPy sweep (kernels off): the same maxima bit for
+    bit (NaN kept), sums within the tolerance (rows then columns, as NumPy adds them; where
+    padding cuts a window the terms may come in another order)."""
+    x, kernel, stride, pads, dilation, ceil_mode, rng = case
+    if rng.integers(2):  # a tenth of the cells NaN (max) or inf (sums)
+        x[rng.random(x.shape) < 0.1] = np.nan if kind == "max" else np.inf
+    if kind == "max":
+        fn = lambda t: pool.max_pool(t, kernel, stride, pads, dilation, ceil_mode)  # noqa: E731
+    else:
+        dilation = (1,) * len(kernel)
+        pads = tuple(min(p, k - 1) for p, k in zip(pads, np.repeat(kernel, 2)))
+        include = kind == "avg"
+        fn = lambda t: pool.avg_pool(t, kernel, stride, pads, ceil_mode, include)  # noqa: E731
+    try:
+        pool.pool_output_size(x.shape[2:], kernel, stride, pads, dilation, ceil_mode)
+    except ShapeError:
+        return
+    ref = run_inference_pool(fn, x, False)
+    got = run_inference_pool(fn, x, True, parallel)
+    if kind == "max":
+        np.testing.assert_array_equal(got, ref)
+    else:
+        assert_close(got, ref, "y")
+
+
+@pytest.mark.parametrize("stride", [1, 2])
+def test_inference_max_pool_sweep_keeps_nan(stride: int) -> None:
+    """A NaN inside a window makes its maximum NaN wherever it sits among the taps (first, in
+    the middle, last, on the border), as ``np.maximum`` does; a window of -inf gives -inf."""
+    x = np.zeros((1, 2, 7, 8), np.float32)
+    x[0, 0, 0, 0] = x[0, 0, 3, 4] = x[0, 0, 6, 7] = np.nan
+    x[0, 1] = -np.inf
+    x[0, 1, 2, 2] = np.nan
+    fn = lambda t: pool.max_pool(t, 3, stride, 1)  # noqa: E731
+    ref = run_inference_pool(fn, x, False)
+    got = run_inference_pool(fn, x, True)
+    assert np.isnan(ref).sum() > 4 and np.isneginf(ref).any()
+    np.testing.assert_array_equal(got, ref)
+
+
+@pytest.mark.parametrize(
+    ("shape", "kernel", "stride", "pads", "ceil_mode"),
+    [
+        ((1, 64, 111, 111), 3, 2, 0, True),  # SqueezeNet's
+        ((1, 8, 28, 28), 3, 1, 1, False),  # Inception's stride-1 pools
+        ((2, 3, 14, 14), 3, 2, 1, False),
+        ((1, 2, 9), 3, 2, 1, True),  # one axis
+    ],
+)
+def test_inference_pools_take_the_sweep(monkeypatch, shape, kernel, stride, pads, ceil_mode) -> None:
+    """Inference max and average pools of one or two axes run the plane sweep, and it gives the
+    NumPy sweep's result; three axes, a recorded pool and a kernel-off run do not take it."""
+    from singa_lite.backend.cpu_kernels import pool as pool_kernels
+
+    calls = []
+    real = pool_kernels.pool_sweep
+    monkeypatch.setattr(pool_kernels, "pool_sweep", lambda *a: calls.append(a) or real(*a))
+    x = np.random.default_rng(2).standard_normal(shape).astype(np.float32)
+    fns = [
+        lambda t: pool.max_pool(t, kernel, stride, pads, ceil_mode=ceil_mode),
+        lambda t: pool.avg_pool(t, kernel, stride, pads, ceil_mode, count_include_pad=False),
+    ]
+    for fn in fns:
+        ref = run_inference_pool(fn, x, False)
+        assert not calls
+        got = run_inference_pool(fn, x, True)
+        assert len(calls) == 1
+        calls.clear()
+        assert_close(got, ref, "y")
+    x3 = np.random.default_rng(3).standard_normal((1, 2, 5, 6, 7)).astype(np.float32)
+    run_inference_pool(lambda t: pool.max_pool(t, 3, 2, 1), x3, True)
+    with switch(True), autograd.training_mode(True):
+        pool.max_pool(tensor.Tensor(device=DEV, data=x, requires_grad=True, stores_grad=True), 3, 2, 1)
+    assert not calls
+
+
 def test_max_pool_nan_and_padding_only_windows() -> None:
     x = np.array([[[np.nan, 1.0, 2.0, -np.inf, -np.inf, 3.0]]], np.float32)
     dy = np.arange(1, 5, dtype=np.float32)

@@ -114,17 +114,15 @@ class Kernel:
     """A loop over arrays, compiled by Numba at its first call in a serial and a parallel form.
 
     ``kernel(work, *args)`` runs the parallel form when ``work`` (about the number of elements
-    touched) is at least :data:`PARALLEL_MIN` and more than one thread is configured. With
-    ``serial=False`` only the parallel form is made, and it runs every call (on one thread where
-    one is configured): for a loop so large that compiling it twice costs more than a
-    launch saves (the depthwise convolution's forward: on one thread the parallel form ran as
-    fast as the serial one; its backward ran 14% slower and keeps both forms).
+    touched) is at least :data:`PARALLEL_MIN` and more than one thread is configured, else the
+    serial one. On one thread the parallel form is never run: a launch through Numba's pool
+    still hands the loop to a worker and waits for it, measured 85-130 us a call on the 2-core
+    machine (a waking thread), 2-3x the whole depthwise convolution of a 14x14 layer.
     """
 
-    def __init__(self, fn: Callable, fastmath: Any = False, serial: bool = True) -> None:
+    def __init__(self, fn: Callable, fastmath: Any = False) -> None:
         self.fn = fn
         self.fastmath = fastmath
-        self.serial = serial
         self._forms: dict[bool, Any] = {}
         self._uncached: set[bool] = set()
         self._compiled: set[tuple[bool, str]] = set()
@@ -160,7 +158,7 @@ class Kernel:
             return self.form(True)(*args)
 
     def __call__(self, work: int, *args: Any) -> Any:
-        parallel = not self.serial or (work >= PARALLEL_MIN and threads.count() > 1)
+        parallel = work >= PARALLEL_MIN and threads.count() > 1
         try:
             return self._run(parallel, args)
         except Exception as e:
@@ -190,11 +188,6 @@ def exact(fn: Callable) -> Kernel:
     """Decorator: ``fn`` as a :class:`Kernel` rounding every operation as NumPy does (no fused
     multiply-add): for the optimizer updates, which match NumPy's bit for bit."""
     return Kernel(fn, False)
-
-
-def exact_parallel(fn: Callable) -> Kernel:
-    """:func:`exact`, compiled in the parallel form only (see :class:`Kernel`)."""
-    return Kernel(fn, False, serial=False)
 
 
 def helper(fn: Callable) -> Any:

@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 from numba import prange
 
-from singa_lite.backend.cpu_kernels._jit import exact, exact_parallel, helper
+from singa_lite.backend.cpu_kernels._jit import exact, helper
 
 _U = np.uint64
 _CHUNKS = 64
@@ -211,7 +211,7 @@ def _from_phases(
                     dxf[d + _U(v * sw)] = 0
 
 
-@exact_parallel
+@exact
 def _forward(x: Any, w: Any, y: Any, geo: Any, m: int, bias: Any, bounds: Any) -> None:
     sh, sw = geo[0], geo[1]
     N, O, Ho, Wo = y.shape

@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 from numba import prange
 
+from singa_lite.backend.cpu_kernels import threads
 from singa_lite.backend.cpu_kernels._jit import exact, helper
 from singa_lite.backend.cpu_kernels._math import like
 
@@ -319,6 +320,106 @@ def _max_tiles_backward(dy: Any, arg: Any, dx: Any, g: Any) -> None:
                 for o2 in range(O2):
                     z = row + o2 * k2 + offsets[np.int64(arg[_U(ys + o2)])]
                     dx[_U(z)] = dy[_U(ys + o2)]
+
+
+# -- inference: each plane in rows of padded width -----------------------------------------------
+# With no argmax to keep, a 1-D or 2-D pool is separable: the max (or sum) over a window's rows,
+# then over its columns. The row loops above run one output row at a time, each tap a loop of
+# one row's cells (7 to 56 here): short loops that run their scalar remainders. Here a plane
+# is laid out in rows of ``Wp`` cells, ``Wp`` a multiple of the column stride and wide enough
+# for the left padding, the input row and the last window's reach, the padding cells holding
+# the reduction's identity (-inf, 0). Then every pass runs over a whole plane as one loop of
+# unit stride: tap ``i`` of the rows reads cell ``t + i*dh*Wp`` of the padded plane (stride-1
+# rows) for output cell ``t`` of a plane of ``Ho`` rows of ``Wp`` cells; tap ``j`` of the
+# columns reads cell ``t + j*dw`` of that; the columns an output row keeps are ``q*sw``, read
+# out in a last strided copy. The row pass of a strided pool reads the input rows in place
+# (each output row's ``kh`` input rows), one loop per row of ``W`` cells. A column stride of
+# 2 makes the column pass twice the output's cells, but as vector loops: a strided read there
+# compiles to gathers or scalar code, measured 1.3-2x slower than these loops together.
+@helper
+def _fold(dst: Any, d0: Any, src: Any, s0: Any, n: Any, use_max: bool, first: bool) -> None:
+    """``dst[d0 + t]`` set to ``src[s0 + t]`` (``first``), else to its max with it (NaN kept,
+    as ``np.maximum`` keeps it) or sum, for ``t < n``."""
+    if first:
+        for t in range(n):
+            dst[d0 + t] = src[s0 + t]
+    elif use_max:
+        for t in range(n):
+            a, b = dst[d0 + t], src[s0 + t]
+            dst[d0 + t] = a if (a >= b) | (a != a) else b
+    else:
+        for t in range(n):
+            dst[d0 + t] = dst[d0 + t] + src[s0 + t]
+
+
+@exact
+def _sweep(x: Any, y: Any, scale: Any, g: Any, use_max: bool, chunks: int) -> None:
+    H, W, Ho, Wo = g[1], g[2], g[4], g[5]
+    kh, kw, sh, sw, pt, pl, dh, dw = g[7], g[8], g[10], g[11], g[13], g[14], g[16], g[17]
+    Wp = -(-max((Wo - 1) * sw + (kw - 1) * dw + 1, pl + W) // sw) * sw
+    Hp = max((Ho - 1) * sh + (kh - 1) * dh + 1, pt + H)
+    ident = like(x, -np.inf) if use_max else like(x, 0.0)
+    n = _U(Ho * Wp)
+    planes = x.size // (H * W)
+    per_cell = scale.size > 1
+    for chunk in prange(chunks):
+        padded = np.full(Hp * Wp if sh == 1 else 0, ident, x.dtype)
+        rows = np.full(Ho * Wp + (kw - 1) * dw, ident, x.dtype)  # the cells past n: a tap's reach
+        cols = np.empty(Ho * Wp, x.dtype)
+        for p in range(chunk * planes // chunks, (chunk + 1) * planes // chunks):
+            xb = p * H * W
+            if sh == 1:  # the plane padded, then each row tap one loop over all the rows
+                for h in range(H):
+                    _fold(padded, _U((h + pt) * Wp + pl), x, _U(xb + h * W), _U(W), use_max, True)
+                for i in range(kh):
+                    _fold(rows, _U(0), padded, _U(i * dh * Wp), n, use_max, i == 0)
+            else:  # each output row from its input rows in place; rows outside are skipped
+                for r in range(Ho):
+                    first = True
+                    for i in range(kh):
+                        h = r * sh + i * dh - pt
+                        if h >= 0 and h < H:
+                            _fold(rows, _U(r * Wp + pl), x, _U(xb + h * W), _U(W), use_max, first)
+                            first = False
+            for j in range(kw):
+                _fold(cols, _U(0), rows, _U(j * dw), n, use_max, j == 0)
+            yb = p * Ho * Wo
+            for r in range(Ho):
+                a, c = _U(yb + r * Wo), _U(r * Wp)
+                if use_max:
+                    for q in range(_U(Wo)):
+                        y[a + q] = cols[c + q * _U(sw)]
+                elif per_cell:
+                    for q in range(_U(Wo)):
+                        y[a + q] = cols[c + q * _U(sw)] * scale[_U(r * Wo) + q]
+                else:
+                    for q in range(_U(Wo)):
+                        y[a + q] = cols[c + q * _U(sw)] * scale[0]
+
+
+def sweepable(geo: np.ndarray) -> bool:
+    """Whether :func:`pool_sweep` takes window ``geo``: at most two spatial axes."""
+    return bool(geo[0] == 1 and geo[3] == 1 and geo[6] == 1)
+
+
+def pool_sweep(x: np.ndarray, out: Sequence[int], geo: np.ndarray, scale: Any = None) -> np.ndarray:
+    """The max pool (``scale`` None) or average pool (each window's sum times ``scale``, as in
+    :func:`avg_pool_forward`) of ``x (N, C, *spatial)``, one or two spatial axes
+    (:func:`sweepable`), without an argmax: for inference. The max propagates a NaN as
+    ``np.maximum`` does; sums add each window's rows first, then its columns, as the NumPy
+    sweep ``ops.pool._Window.reduce_separably`` does."""
+    y = np.empty((*x.shape[:2], *out), x.dtype)
+    if y.size:
+        planes = x.shape[0] * x.shape[1]
+        use_max = scale is None
+        if use_max or np.ndim(scale) == 0:  # one factor for every cell
+            factors = np.full(1, 1 if use_max else scale, x.dtype)
+        else:
+            factors = _scale(scale, out, x.dtype)
+        work = x.size * int(geo[7] + geo[8]) + y.size
+        chunks = min(planes, 4 * threads.count())
+        _sweep(work, _flat(x), y.reshape(-1), factors, geo, use_max, chunks)
+    return y
 
 
 def _flat(a: np.ndarray) -> np.ndarray:
