@@ -11,6 +11,7 @@ with empty and odd sizes; half of the examples force the parallel form of each l
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import subprocess
 import sys
@@ -200,6 +201,49 @@ def test_bias_activation(data: Any, dtype: Any, shape: tuple, activation: str, p
     b = data.draw(arrays((shape[axis],), dtype))
     dy = data.draw(arrays(shape, dtype))
     compare_op(lambda t, u: ops.bias_activation(t, u, activation, axis), [x, b], dy, parallel)
+
+
+BOUNDS = st.sampled_from([None, (0.0, 6.0), (0.0, math.inf), (-1.0, 0.5)])
+CONV_SHAPES = hnp.array_shapes(min_dims=3, max_dims=4, min_side=0, max_side=9)
+SIDES = st.integers(1, 9)
+
+
+@SETTINGS
+@given(st.data(), dtypes, CONV_SHAPES, BOUNDS, st.booleans())
+def test_bias_clamp_in_place(data: Any, dtype: Any, shape: tuple, bounds: Any, parallel: bool) -> None:
+    """A conv's epilogue, ``y += b`` then the clamp, in one pass: bit for bit NumPy's two
+    passes, NaN and inf included."""
+    y = data.draw(arrays(shape, dtype))
+    y.reshape(-1)[::9] = np.nan
+    y.reshape(-1)[4::13] = -np.inf
+    b = data.draw(arrays((shape[1],), dtype))
+    ref = y + b.reshape(1, -1, *(1,) * (len(shape) - 2))
+    if bounds is not None:
+        ref = np.clip(ref, dtype(bounds[0]), dtype(bounds[1]))
+    with kernels(True, parallel):
+        cpu_kernels.activation.bias_clamp_(y, b, bounds)
+    np.testing.assert_array_equal(y, ref)
+
+
+@SETTINGS
+@given(st.data(), dtypes, st.integers(1, 12), st.integers(1, 12), SIDES, SIDES, BOUNDS)
+def test_one_image_pointwise_conv(data: Any, dtype: Any, C: int, O: int, H: int, W: int, bounds: Any) -> None:
+    """A batch-1 1x1 conv through ``conv2d_one_image`` (sonnx's packed conv), bias and clamp
+    after the GEMM in one pass (kernels on) against the bias in the GEMM or in a pass of its
+    own and a clamp pass (kernels off), narrowing and widening."""
+    from singa_lite.ops import conv_infer
+
+    x = data.draw(arrays((1, C, H, W), dtype))
+    w = data.draw(arrays((O, C, 1, 1), dtype))
+    b = data.draw(arrays((O,), dtype))
+    wb = conv_infer.one_image_weight(np, w, b, 1)
+    runs = []
+    for on in (False, True):
+        with kernels(on):
+            runs.append(conv_infer.conv2d_one_image(np, x, w, b, wb, (1, 1), (0, 0, 0, 0), (1, 1), 1, bounds))
+    assert_close(runs[1], runs[0])
+    if bounds is not None:
+        assert runs[1].min() >= bounds[0] and runs[1].max() <= bounds[1]
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])

@@ -14,8 +14,10 @@ transforms' extra passes evict; it was removed.)
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
+from singa_lite.backend import cpu_kernels
 from singa_lite.ops import window
 from singa_lite.ops.conv_blocks import Pads, Plan, _pad_nchw
 
@@ -46,6 +48,7 @@ def conv_one_image(
     out_hw: tuple,
     group: int,
     Wb: Any = None,
+    bounds: tuple[float, float] | None = None,
 ) -> Any:
     """Forward of a batch-1 conv as ``W (O, C*kh*kw) @ col (C*kh*kw, Ho*Wo)`` per group.
 
@@ -58,7 +61,10 @@ def conv_one_image(
     ``Wb`` is ``W`` with ``b`` as one more column (``one_image_weight``, made once by the
     caller): the column matrix then gets a row of ones and the GEMM adds the bias, where a
     separate ``y += b`` pass over an output bigger than the cache measured as long as a
-    1x1 conv's GEMM itself.
+    1x1 conv's GEMM itself. ``bounds = (lo, hi)`` clamps the output (a fused ReLU or Clip).
+    A 1x1 stride-1 conv on the compiled CPU kernels adds its bias and clamps in one pass
+    after the GEMM (``cpu_kernels.activation.bias_clamp_``): MobileNetV2 12% faster than
+    with the ones row (a copy of the input) and a clamp pass.
     """
     O, cg, kh, kw = W.shape
     (Ho, Wo), (sh, sw), (dh, dw) = out_hw, stride, dilation
@@ -67,7 +73,12 @@ def conv_one_image(
     y = xp.empty((1, O, Ho, Wo), dtype=x.dtype)
     Wm, ym = W.reshape(group, og, K), y.reshape(group, og, Ho * Wo)
     biased = Wb is not None and b is not None
-    if kh == kw == 1 and (sh, sw) == (1, 1) and not (biased and cg < og):
+    pointwise = kh == kw == 1 and (sh, sw) == (1, 1)
+    if pointwise and b is not None and cpu_kernels.usable(xp, y, b):
+        _gemm_into(xp, Wm, img.reshape(group, cg, Ho * Wo), ym)
+        cpu_kernels.activation.bias_clamp_(y, b, bounds)
+        return y
+    if pointwise and not (biased and cg < og):
         # Copying a wider input under a row of ones would cost more than the bias pass.
         _gemm_into(xp, Wm, img.reshape(group, cg, Ho * Wo), ym)
     elif _kn2row_wins(W, stride, group):
@@ -96,9 +107,20 @@ def conv_one_image(
                 col = band.reshape(group, K, (h1 - h0) * Wo)  # the one copy
                 _gemm_into(xp, Wm, col, ym[:, :, h0 * Wo : h1 * Wo])
         if biased:
-            return y
+            return clamp_(xp, y, bounds)
     if b is not None:
         y += b.reshape(1, O, 1, 1)
+    return clamp_(xp, y, bounds)
+
+
+def clamp_(xp: Any, y: Any, bounds: tuple[float, float] | None) -> Any:
+    """``y`` clamped in place to ``bounds = (lo, hi)`` (``hi`` may be inf), if given."""
+    if bounds is not None:
+        lo, hi = bounds
+        if hi == math.inf:
+            xp.maximum(y, y.dtype.type(lo), out=y)
+        else:
+            xp.clip(y, y.dtype.type(lo), y.dtype.type(hi), out=y)
     return y
 
 
@@ -119,11 +141,13 @@ def conv2d_one_image(
     pads: Pads,
     dilation: tuple,
     group: int,
+    bounds: tuple[float, float] | None = None,
 ) -> Any | None:
     """Inference forward of NCHW batch-1 ``x`` on arrays (nothing recorded): ``Conv2d``'s
     batch-1 path with ``Wb = one_image_weight(xp, W, b, group)`` given, so that the GEMM adds
-    the bias. None where that path does not apply (depthwise, a batch, mismatched shapes or
-    dtypes, an empty output): the caller then runs ``Conv2d``, which also raises its errors.
+    the bias, and the output clamped to ``bounds``. None where that path does not apply
+    (depthwise, a batch, mismatched shapes or dtypes, an empty output): the caller then runs
+    ``Conv2d``, which also raises its errors.
     """
     O, cg, kh, kw = W.shape
     if x.ndim != 4 or x.shape[0] != 1 or x.shape[1] != cg * group or (cg == 1 and group > 1):
@@ -134,7 +158,7 @@ def conv2d_one_image(
     out_hw = window.out_size(x.shape[2:], (kh, kw), stride, ((t, bo), (l, r)), dilation)
     if min(out_hw) < 1:
         return None
-    return conv_one_image(xp, x, W, b, pads, stride, dilation, out_hw, group, Wb)
+    return conv_one_image(xp, x, W, b, pads, stride, dilation, out_hw, group, Wb, bounds)
 
 
 def _kn2row_wins(W: Any, stride: tuple, group: int) -> bool:

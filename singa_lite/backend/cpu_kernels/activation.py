@@ -276,6 +276,35 @@ def bias_activation_backward(
     return dx, db.astype(dy.dtype)
 
 
+# -- a convolution's epilogue, in place -----------------------------------------------------------
+@exact
+def _bias_clamp_lines(y: Any, b: Any, lo: Any, hi: Any, clamp: bool) -> None:
+    channels = b.size
+    for line in prange(y.shape[0]):
+        bc = b[line % channels]
+        if clamp:
+            for i in range(y.shape[1]):
+                v = y[line, i] + bc
+                v = lo if v < lo else v
+                y[line, i] = hi if v > hi else v
+        else:
+            for i in range(y.shape[1]):
+                y[line, i] = y[line, i] + bc
+
+
+def bias_clamp_(y: np.ndarray, b: np.ndarray, bounds: tuple[float, float] | None = None) -> None:
+    """In place, in one pass: ``y += b`` along axis 1 of the C-contiguous ``y (N, C, ...)``,
+    then, with ``bounds = (lo, hi)``, ``y`` clamped to them (a conv's fused ReLU or Clip;
+    ``inf`` for no upper bound), rounded as those separate NumPy passes (a NaN stays NaN).
+    A batch-1 1x1 conv's output is its GEMM's, so its bias and activation cost this one pass
+    over it instead of a bias pass and a clamp pass (or a copy of the input with a row of ones
+    under it, to add the bias in the GEMM)."""
+    lines = y.reshape(y.shape[0] * y.shape[1], math.prod(y.shape[2:]))  # -1 fails for size 0
+    lo, hi = (-math.inf, math.inf) if bounds is None else bounds
+    t = y.dtype.type
+    _bias_clamp_lines(y.size, lines, np.ascontiguousarray(b, y.dtype), t(lo), t(hi), bounds is not None)
+
+
 # -- piecewise-linear activations ---------------------------------------------------------------
 # NumPy's ReLU and clip backward, ``dy * mask``, make a bool array and then multiply float by
 # bool through a casting loop; its hard sigmoid makes three temporaries. Each loop here is one

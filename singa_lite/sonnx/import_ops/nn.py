@@ -185,20 +185,16 @@ class PackedConv:
 
             y = dw.depthwise_forward(x.data, W.data, strides, dilations, pads, out_hw, B.data, self.bounds)
             return Tensor._wrap(y, x.device, False, None, 0)
-        y1 = conv_infer.conv2d_one_image(x.device.xp, x.data, W.data, B.data, self.Wb, *checked[5])
+        strides, pads, dilations, group = checked[5]
+        args = (x.data, W.data, B.data, self.Wb, strides, pads, dilations, group, self.bounds)
+        y1 = conv_infer.conv2d_one_image(x.device.xp, *args)
         if y1 is not None:
-            return self._clamped(Tensor._wrap(y1, x.device, False, None, 0))
+            return Tensor._wrap(y1, x.device, False, None, 0)
         return self._clamped(_conv(x, W, B, checked[:5]))
 
     def _clamped(self, y: Tensor) -> Tensor:
         """``y`` (a new array nothing else holds) clamped in place to the fused bounds."""
-        if self.bounds is not None:
-            xp, a = y.device.xp, y.data
-            lo, hi = self.bounds
-            if hi == math.inf:
-                xp.maximum(a, a.dtype.type(lo), out=a)
-            else:
-                xp.clip(a, a.dtype.type(lo), a.dtype.type(hi), out=a)
+        conv_infer.clamp_(y.device.xp, y.data, self.bounds)
         return y
 
 
