@@ -144,6 +144,7 @@ def test_conv2d_grad(dev, geo):
     check_grad(lambda *ts: autograd.conv2d(*ts, **geo), [x, w, b], dev)
 
 
+@pytest.mark.parametrize("ring_bytes", [0, 1 << 20])  # one block buffer / two in turn
 @pytest.mark.parametrize("keep_bytes", [0, 1 << 20])  # backward re-makes / keeps the matrix
 @pytest.mark.parametrize("block_bytes", [300, 1500, 4000])  # bands of rows; groups of images
 @pytest.mark.parametrize(
@@ -156,8 +157,9 @@ def test_conv2d_grad(dev, geo):
         (dict(stride=(2, 1), padding=1, group=2), (4, 4)),  # strided: col2im
     ],
 )
-def test_conv2d_blocked_im2col(dev, monkeypatch, keep_bytes, block_bytes, geo, channels):
+def test_conv2d_blocked_im2col(dev, monkeypatch, ring_bytes, keep_bytes, block_bytes, geo, channels):
     # The host im2col runs in L2-sized blocks; small blocks exercise every path on tiny inputs.
+    monkeypatch.setattr(conv_blocks, "_RING_BYTES", ring_bytes)
     monkeypatch.setattr(conv_blocks, "_BLOCK_BYTES", block_bytes)
     monkeypatch.setattr(conv_blocks, "_BLOCK_ROWS", 1)
     monkeypatch.setattr(conv_blocks, "_KEEP_BYTES", keep_bytes)
