@@ -137,7 +137,6 @@ _RING_BYTES = 4 << 20
 """Blocks up to this size alternate between two buffers (see ``_ColumnBlocks.col``)."""
 
 Block = tuple[int, int, int, int]  # images n0:n1, output rows h0:h1
-RING = True
 
 
 class _ColumnBlocks:
@@ -202,7 +201,7 @@ class _ColumnBlocks:
         if not self.bufs:
             n0, n1, h0, h1 = self.blocks[0]
             shape = (self.group, (n1 - n0) * (h1 - h0) * self.out_hw[1], self.K)
-            ring = 2 if RING and prod(shape) * self.win.itemsize <= _RING_BYTES else 1
+            ring = 2 if prod(shape) * self.win.itemsize <= _RING_BYTES else 1
             self.bufs = [self.xp.empty(shape, dtype=self.win.dtype) for _ in range(ring)]
         # With two BLAS threads the GEMM's second thread reads part of the block into its
         # core's cache; rewriting that buffer for the next block then waits on the other core

@@ -9,7 +9,9 @@ direction (``backend/kernels/pool.cu``): the same taps in the same order, so the
 same argmax and the same gradients, bit for bit (a maximum that is a zero of either sign, or a
 NaN, may differ in its sign or NaN bits). On NumPy the same pools run as compiled loops
 (``backend/cpu_kernels/pool.py``) where ``cpu_kernels.usable`` says so: the same forward,
-backward sums in another order where windows overlap. Every other case runs the loops below.
+backward sums in another order where windows overlap; an inference pool of one or two axes
+runs their plane sweep (``pool_sweep``: the NumPy sweep's maxima, its sums in its order but
+where padding cuts a window). Every other case runs the loops below.
 
 Padding may be an int, one value per spatial axis, or ``(begin, end)`` pairs per axis in axis
 order, i.e. ``(top, bottom, left, right)`` in 2-D as in SINGA's conv (ONNX's
@@ -56,8 +58,8 @@ KERNEL_MIN_ROW = 16
 """Output row length (cells of the last axis) from which a recorded pool runs the compiled CPU
 kernels (see ``_Pool.cpu_kernels``); the tests set it to 0 to run them on small shapes."""
 KERNEL_INFERENCE = False
-"""Whether pools that record no backward run the compiled CPU kernels (slower than the
-separable NumPy sweep where measured); the tests set it to run them."""
+"""Whether pools that record no backward run the compiled argmax kernels (slower than the
+separable sweep where measured) instead of the plane sweep; the tests set it to run them."""
 
 
 def pool_output_size(

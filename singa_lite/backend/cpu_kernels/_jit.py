@@ -11,7 +11,9 @@ way, never failing the call.
 
 Numba's thread pool is its "workqueue" layer unless ``NUMBA_THREADING_LAYER`` names another:
 measured here, the GNU OpenMP layer took 8-12 ms per parallel loop on a busy 2-core machine
-(its threads spin, then miss their time slice), the workqueue 0.05 ms. The workqueue may not be
+(its threads spin, then miss their time slice), the workqueue 0.05 ms; on a quieter machine a
+workqueue launch took 85-130 us (its workers sleep between launches) and OpenMP's ~2 us, so a
+parallel form pays only on large arrays and never on one thread. The workqueue may not be
 entered by two threads at once, so parallel launches hold a lock.
 """
 
@@ -34,7 +36,9 @@ from singa_lite.backend.cpu_kernels import threads
 
 PARALLEL_MIN = 1 << 16
 """Elements (or element-sized steps of work) below which a kernel runs its serial form: a
-parallel launch costs 10-50 us, what one thread needs for ~64k floats of a simple loop."""
+parallel launch costs 10-50 us, what one thread needs for ~64k floats of a simple loop (85-130
+us on a quieter machine, see the module's docstring; raising the threshold to keep training
+steps serial measured within the noise, so it stays)."""
 
 _OPTIONS = {"nogil": True, "error_model": "numpy", "boundscheck": False}
 """``error_model="numpy"``: a float division by zero gives inf or nan as in NumPy instead of

@@ -397,15 +397,10 @@ def _sweep(x: Any, y: Any, scale: Any, g: Any, use_max: bool, chunks: int) -> No
                         y[a + q] = cols[c + q * _U(sw)] * scale[0]
 
 
-def sweepable(geo: np.ndarray) -> bool:
-    """Whether :func:`pool_sweep` takes window ``geo``: at most two spatial axes."""
-    return bool(geo[0] == 1 and geo[3] == 1 and geo[6] == 1)
-
-
 def pool_sweep(x: np.ndarray, out: Sequence[int], geo: np.ndarray, scale: Any = None) -> np.ndarray:
     """The max pool (``scale`` None) or average pool (each window's sum times ``scale``, as in
-    :func:`avg_pool_forward`) of ``x (N, C, *spatial)``, one or two spatial axes
-    (:func:`sweepable`), without an argmax: for inference. The max propagates a NaN as
+    :func:`avg_pool_forward`) of ``x (N, C, *spatial)``, one or two spatial axes (``geo``'s
+    first axis of size 1), without an argmax: for inference. The max propagates a NaN as
     ``np.maximum`` does; sums add each window's rows first, then its columns, as the NumPy
     sweep ``ops.pool._Window.reduce_separably`` does."""
     y = np.empty((*x.shape[:2], *out), x.dtype)
