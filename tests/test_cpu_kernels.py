@@ -251,7 +251,7 @@ def test_large_odd_arrays_run_in_parallel(dtype: Any) -> None:
     """Sizes past PARALLEL_MIN with odd rows and row counts: the parallel forms as the ops
     pick them, not forced."""
     rng = np.random.default_rng(3)
-    x = rng.standard_normal((3, 131, 257)).astype(dtype)
+    x = rng.standard_normal((7, 1031, 293)).astype(dtype)
     dy = rng.standard_normal(x.shape).astype(dtype)
     assert x.size >= _jit.PARALLEL_MIN
     compare_op(lambda t: ops.gelu(t, "tanh"), [x], dy, False)
