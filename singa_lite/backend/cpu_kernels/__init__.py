@@ -15,11 +15,12 @@ turns the kernels off, for A/B comparisons and as an escape hatch. Thread counts
 
 One module per family, each imported (with Numba) at its first use as an attribute of this
 package: ``activation`` (GELU, bias + activation, the ReLU, clip and hard sigmoid gradients,
-SiLU, hard swish, add + ReLU), ``normalization`` (layer norm, batch norm), ``softmax`` (row
-softmax, attention's), ``optim`` (SGD, Adam/AdamW), ``conv`` (depthwise convolution),
-``pool`` (max and average pooling), ``recurrent`` (the LSTM step); ``_math`` holds the
-vectorisable exp and tanh the float32 loops use, ``_jit`` the compilation, its disk cache and
-the thread pool. This module and :mod:`.threads` import without Numba.
+SiLU, hard swish, add + ReLU, a batch-1 conv's bias + clamp epilogue), ``normalization``
+(layer norm, batch norm), ``softmax`` (row softmax, attention's), ``optim`` (SGD,
+Adam/AdamW), ``conv`` (depthwise convolution), ``pool`` (max and average pooling, and the
+inference sweep), ``recurrent`` (the LSTM step); ``_math`` holds the vectorisable exp and
+tanh the float32 loops use, ``_jit`` the compilation, its disk cache and the thread pool.
+This module and :mod:`.threads` import without Numba.
 """
 
 from __future__ import annotations
