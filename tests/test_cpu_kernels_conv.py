@@ -325,10 +325,11 @@ def pool_cases(draw: st.DrawFn) -> tuple:
     return x, kernel, stride, pads, dilation, draw(st.booleans()), rng
 
 
-@SETTINGS
-@given(pool_cases(), st.sampled_from(["max", "avg", "avg_exclude"]), st.booleans(), st.booleans())
-def test_pools_match_the_numpy_path(case: tuple, kind: str, recorded: bool, parallel: bool) -> None:
-    x, kernel, stride, pads, dilation, ceil_mode, rng = case
+def pool_under_test(case: tuple, kind: str) -> tuple[Any, tuple] | None:
+    """The pool of a ``pool_cases`` case as ``(fn, output size)``: ``kind`` "max", or "avg" /
+    "avg_exclude" (no dilation, padding cut to below the kernel, padded cells counted or not);
+    None where no window fits (the average pool's smaller padding): nothing to test."""
+    x, kernel, stride, pads, dilation, ceil_mode, _ = case
     if kind == "max":
         fn = lambda t: pool.max_pool(t, kernel, stride, pads, dilation, ceil_mode)  # noqa: E731
     else:
@@ -337,9 +338,19 @@ def test_pools_match_the_numpy_path(case: tuple, kind: str, recorded: bool, para
         include = kind == "avg"
         fn = lambda t: pool.avg_pool(t, kernel, stride, pads, ceil_mode, include)  # noqa: E731
     try:
-        out = pool.pool_output_size(x.shape[2:], kernel, stride, pads, dilation, ceil_mode)
-    except ShapeError:  # the average pool's smaller padding leaves no window: nothing to test
+        return fn, pool.pool_output_size(x.shape[2:], kernel, stride, pads, dilation, ceil_mode)
+    except ShapeError:
+        return None
+
+
+@SETTINGS
+@given(pool_cases(), st.sampled_from(["max", "avg", "avg_exclude"]), st.booleans(), st.booleans())
+def test_pools_match_the_numpy_path(case: tuple, kind: str, recorded: bool, parallel: bool) -> None:
+    x, rng = case[0], case[-1]
+    made = pool_under_test(case, kind)
+    if made is None:
         return
+    fn, out = made
     dy = rng.standard_normal((*x.shape[:2], *out)).astype(x.dtype) if recorded else None
     ref = run_pool(fn, x, dy, False, False)
     got = run_pool(fn, x, dy, True, parallel)
@@ -364,20 +375,13 @@ def test_inference_pool_sweep_matches_the_numpy_sweep(case: tuple, kind: str, pa
     """The plane sweep against the separable NumPy sweep (kernels off): the same maxima bit for
     bit (NaN kept), sums within the tolerance (rows then columns, as NumPy adds them; where
     padding cuts a window the terms may come in another order)."""
-    x, kernel, stride, pads, dilation, ceil_mode, rng = case
+    x, rng = case[0], case[-1]
     if rng.integers(2):  # a tenth of the cells NaN (max) or inf (sums)
         x[rng.random(x.shape) < 0.1] = np.nan if kind == "max" else np.inf
-    if kind == "max":
-        fn = lambda t: pool.max_pool(t, kernel, stride, pads, dilation, ceil_mode)  # noqa: E731
-    else:
-        dilation = (1,) * len(kernel)
-        pads = tuple(min(p, k - 1) for p, k in zip(pads, np.repeat(kernel, 2)))
-        include = kind == "avg"
-        fn = lambda t: pool.avg_pool(t, kernel, stride, pads, ceil_mode, include)  # noqa: E731
-    try:
-        pool.pool_output_size(x.shape[2:], kernel, stride, pads, dilation, ceil_mode)
-    except ShapeError:
+    made = pool_under_test(case, kind)
+    if made is None:
         return
+    fn = made[0]
     ref = run_inference_pool(fn, x, False)
     got = run_inference_pool(fn, x, True, parallel)
     if kind == "max":
