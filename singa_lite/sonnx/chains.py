@@ -23,6 +23,14 @@ if TYPE_CHECKING:
     from singa_lite.sonnx.importer import Program
 
 
+def drop_nodes(program: Program, dropped: set[int]) -> None:
+    """Remove nodes ``dropped`` (indices) from ``program``, with their handlers and fold flags."""
+    keep = [k for k in range(len(program.nodes)) if k not in dropped]
+    program.nodes = [program.nodes[k] for k in keep]
+    program.handlers = [program.handlers[k] for k in keep]
+    program.folded = [program.folded[k] for k in keep]
+
+
 def _readers(program: Program) -> dict[str, list[int]]:
     """The indices of the nodes that read each tensor name (once per input slot)."""
     readers: dict[str, list[int]] = {}
@@ -86,10 +94,7 @@ class ElementwiseChains:
                     self._hard_swish_by_hand(k)
                 if k not in self.dropped:
                     self._add_relu(k)
-        keep = [k for k in range(len(program.nodes)) if k not in self.dropped]
-        program.nodes = [program.nodes[k] for k in keep]
-        program.handlers = [program.handlers[k] for k in keep]
-        program.folded = [program.folded[k] for k in keep]
+        drop_nodes(program, self.dropped)
 
     def _next(self, k: int, op: str | None = None, plain: bool = True) -> int | None:
         """The one reader of node ``k``'s one output, if the output is no graph output and the

@@ -39,7 +39,7 @@ import numpy as np
 
 from singa_lite import backend
 from singa_lite.errors import OnnxError, SingaLiteError
-from singa_lite.sonnx.chains import ElementwiseChains, _InPlaceHandler, _readers, clip_bounds
+from singa_lite.sonnx.chains import ElementwiseChains, _InPlaceHandler, _readers, clip_bounds, drop_nodes
 from singa_lite.sonnx.direct import DirectOps
 from singa_lite.sonnx.import_ops import HANDLERS, HOST_INPUTS
 from singa_lite.sonnx.import_ops.base import Node
@@ -452,10 +452,7 @@ class ConvActivation:
             fused.outputs = list(act.outputs)
             program.nodes[k], program.handlers[k] = fused, PackedConv.with_bounds(fn, bounds)
             dropped.add(ks[0])
-        keep = [k for k in range(len(program.nodes)) if k not in dropped]
-        program.nodes = [program.nodes[k] for k in keep]
-        program.handlers = [program.handlers[k] for k in keep]
-        program.folded = [program.folded[k] for k in keep]
+        drop_nodes(program, dropped)
 
     @staticmethod
     def _bounds(program: Program, act: Node, fn: Callable) -> tuple[float, float] | None:
