@@ -24,11 +24,13 @@ from typing import Any
 
 from singa_lite import _args, autograd
 from singa_lite.autograd import Operator
+from singa_lite.backend import onednn
 from singa_lite.errors import DTypeError, ShapeError
 from singa_lite.ops import window
 from singa_lite.ops.conv_blocks import BlockedGemm, Geometry2d, TransposeGemm
 from singa_lite.ops.conv_columns import ColumnsConv, ColumnsTranspose, GeometryNd
 from singa_lite.ops.conv_infer import OneImage
+from singa_lite.ops.conv_onednn import OneDnn
 from singa_lite.ops.conv_pointwise import Pointwise
 from singa_lite.ops.conv_select import IMAGE, select
 from singa_lite.ops.depthwise import Depthwise, DepthwiseInfer, kernels_take
@@ -44,6 +46,7 @@ _PLANS: dict[str, Any] = {
     "pointwise": Pointwise,
     "blocks": BlockedGemm,
     "columns": ColumnsConv,
+    "onednn": OneDnn,
 }
 
 
@@ -108,6 +111,7 @@ class _ConvEngine(Operator):
         grad = self.backward_follows or bool(self.needs_grad)
         depthwise = not self.transposed and W.shape[1] == 1 and g > 1
         kernels = depthwise and kernels_take(xp, x, W)
+        dnnl = not depthwise and not self.transposed and onednn.usable(xp, x, W)
         pointwise = (
             not self.transposed
             and all(k == 1 for k in W.shape[2:])
@@ -115,7 +119,7 @@ class _ConvEngine(Operator):
             and not any(pb or pe for pb, pe in self.pads)
         )
         shapes = (self.n, x.shape, W.shape, g, x.dtype, xp.__name__)
-        self.strategy = select(*shapes, grad, self.transposed, kernels, pointwise)
+        self.strategy = select(*shapes, grad, self.transposed, kernels, pointwise, dnnl)
         self.has_bias = b is not None
         if self.strategy not in IMAGE:
             geo = GeometryNd(W.shape[2:], self.stride, self.dilation, self.pads, positions, g)
@@ -145,7 +149,11 @@ class _ConvEngine(Operator):
             dW = None if dW is None else dW[:, :, 0]
         if not self.has_bias:
             return dx, dW
-        db = dy.sum(axis=(0, *range(2, dy.ndim))) if self.needs_grad[2] else None
+        db = None
+        if self.needs_grad[2]:  # a plan that wrote the bias gradient in its backward leaves it in db
+            db = getattr(self.plan, "db", None)
+            if db is None:
+                db = dy.sum(axis=(0, *range(2, dy.ndim)))
         return dx, dW, db
 
 

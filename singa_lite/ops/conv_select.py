@@ -28,7 +28,7 @@ from collections.abc import Sequence
 from typing import Any
 
 IMAGE = (
-    "one_image", "depthwise_infer", "depthwise", "depthwise_kernel", "pointwise",
+    "onednn", "one_image", "depthwise_infer", "depthwise", "depthwise_kernel", "pointwise",
     "blocks", "blocks_transpose",
 )  # fmt: skip
 """The strategies that run on ``(N, C, H, W)`` images (a 1-D input gets a unit height)."""
@@ -46,6 +46,7 @@ def select(
     transposed: bool = False,
     kernels: bool = False,
     pointwise: bool = False,
+    onednn: bool = False,
 ) -> str:
     """The strategy (one of ``STRATEGIES``) for a convolution of ``x_shape`` by ``w_shape`` over
     ``rank`` spatial axes with ``group`` groups; ``backend`` is the array module's name
@@ -73,6 +74,8 @@ def select(
         if kernels and backend == "numpy" and str(dtype) in ("float32", "float64"):
             return "depthwise_kernel"
         return "depthwise" if grad else "depthwise_infer"
+    if onednn and grad:
+        return "onednn"
     if not grad and x_shape[0] == 1:
         return "one_image"
     if pointwise and group == 1:

@@ -102,11 +102,65 @@ def set_num_threads(n: int) -> None:
     _blas_limiter = threadpool_limits(limits=n, user_api="blas")
 
 
+def generation() -> int:
+    """Bumped by each :func:`set_num_threads`: a pool that keeps its count per calling thread
+    re-applies :func:`count` when this moves."""
+    return _generation
+
+
 def apply(numba: Any) -> None:
     """Give Numba's pool the count in the calling thread (Numba keeps it per thread)."""
     if getattr(_local, "generation", None) != _generation:
         numba.set_num_threads(max(1, min(count(), numba.config.NUMBA_NUM_THREADS)))
         _local.generation = _generation
+
+
+BLAS_SPIN_ENV = "OPENBLAS_THREAD_TIMEOUT"
+BLAS_SPIN = 22
+"""OpenBLAS's idle workers spin ``2**BLAS_SPIN`` cycles (~1 ms here) before they sleep."""
+
+_blas_spin_set = False
+
+
+def shorten_blas_spin() -> bool:
+    """Let OpenBLAS's idle worker threads sleep after ``2**BLAS_SPIN`` cycles instead of its
+    default ``2**28`` (~70 ms); true when done (or done before).
+
+    OpenBLAS's workers spin (yielding) for that long after each product, so in a training step,
+    where a product comes every few milliseconds, they never sleep: another pool's threads
+    (oneDNN's OpenMP, Numba's) then share the cores with them, and oneDNN's convolutions ran at
+    half speed beside them (LeNet's second conv 35 ms a step against 16). OpenBLAS reads the
+    timeout (``OPENBLAS_THREAD_TIMEOUT``, the exponent) when it starts its workers, so this
+    sets that variable, has OpenBLAS re-read its environment and stops its workers, as its own
+    fork handler does; the next threaded product starts them again with the short timeout.
+    A timeout the user set in the environment is left as it is, and so is a BLAS other than
+    OpenBLAS's pthreads build. Call it from one thread, with no product running.
+    """
+    global _blas_spin_set
+    if _blas_spin_set:
+        return True
+    if os.environ.get(BLAS_SPIN_ENV):
+        _blas_spin_set = True
+        return True
+    libs = [
+        i
+        for i in blas_info()
+        if i.get("internal_api") == "openblas" and i.get("threading_layer") == "pthreads"
+    ]
+    if not libs:
+        return False
+    import ctypes
+
+    os.environ[BLAS_SPIN_ENV] = str(BLAS_SPIN)
+    try:
+        for info in libs:
+            lib = ctypes.CDLL(info["filepath"])
+            lib.openblas_read_env()
+            lib.blas_thread_shutdown_()
+    except (OSError, AttributeError):  # a build without these entry points: leave it
+        return False
+    _blas_spin_set = True
+    return True
 
 
 def configure_from_env() -> None:

@@ -1,0 +1,49 @@
+"""The ``onednn`` strategy: a 1-D or 2-D convolution by oneDNN's kernels (``backend.onednn``).
+
+The forward keeps the source and weights in the layouts oneDNN chose, so that the backward
+passes reorder only ``dy``; the backward-weights pass writes the bias gradient as it goes
+(``db``, which the engine takes instead of summing ``dy``). A geometry oneDNN has no kernel for
+runs :class:`~singa_lite.ops.conv_blocks.BlockedGemm` instead, decided at the forward.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from singa_lite.backend import onednn
+from singa_lite.ops.conv_blocks import BlockedGemm, Geometry2d, Plan
+
+
+class OneDnn(Plan):
+    """Forward and backward of one call by oneDNN's convolution primitives (float32, NumPy)."""
+
+    def __init__(self, xp: Any, geo: Geometry2d, training: bool = True) -> None:
+        super().__init__(xp, geo)
+        self.geo, self.training = geo, training
+        self.fallback: Plan | None = None
+        self.db: Any = None
+
+    def forward(self, x: Any, W: Any, b: Any) -> Any:
+        t, bo, l, r = self.pads
+        x, W = np.ascontiguousarray(x), np.ascontiguousarray(W)
+        b = None if b is None else np.ascontiguousarray(b)
+        try:
+            self.conv = onednn.convolution(
+                x.shape, W.shape, b is not None, self.stride, self.dilation, ((t, bo), (l, r)),
+                self.group, self.training,
+            )  # fmt: skip
+        except onednn.OneDnnError:
+            self.fallback = BlockedGemm(self.xp, self.geo)
+            return self.fallback.forward(x, W, b)
+        y, self.xm, self.wm = self.conv.forward(x, W, b)
+        self.x, self.W = x, W
+        return y
+
+    def backward(self, dy: Any, need_x: bool, need_W: bool) -> tuple[Any, Any]:
+        if self.fallback is not None:
+            return self.fallback.backward(dy, need_x, need_W)
+        dy = np.ascontiguousarray(dy, dtype=np.float32)
+        dx, dW, self.db = self.conv.backward(dy, self.x, self.xm, self.W, self.wm, need_x, need_W, True)
+        return dx, dW

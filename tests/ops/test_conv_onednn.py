@@ -1,0 +1,205 @@
+"""The ``onednn`` convolution strategy (``backend.onednn`` through ``ops.conv_onednn``) against
+the NumPy strategy it replaces, the blocked im2col GEMM: forward, both gradients and the bias
+gradient over hypothesis-drawn shapes, strides, paddings, dilations and groups; the selection;
+the fallback; and the OpenBLAS spin setting it comes with."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from singa_lite import ops
+from singa_lite.backend import onednn
+from singa_lite.backend.cpu_kernels import threads
+from singa_lite.ops import conv_onednn
+from singa_lite.ops.conv_blocks import BlockedGemm, Geometry2d
+
+needs_onednn = pytest.mark.skipif(
+    not onednn.usable(np, np.zeros(1, np.float32)),
+    reason="oneDNN not loaded or switched off: "
+    + (onednn.why_unavailable() or "SINGA_LITE_ONEDNN or SINGA_LITE_CPU_KERNELS is 0"),
+)
+
+
+def _rand(shape: tuple, seed: int) -> np.ndarray:
+    return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
+
+
+def _close(got: np.ndarray, want: np.ndarray) -> None:
+    assert got.shape == want.shape and got.dtype == np.float32
+    scale = max(1.0, float(np.abs(want).max(initial=0)))
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * scale)
+
+
+@st.composite
+def cases(draw: st.DrawFn) -> dict:
+    rank = draw(st.sampled_from([1, 2]))
+    group = draw(st.integers(1, 3))
+    c, o = group * draw(st.integers(1, 4)), group * draw(st.integers(1, 4))
+    kernel = tuple(draw(st.integers(1, 4)) for _ in range(rank))
+    stride = tuple(draw(st.integers(1, 3)) for _ in range(rank))
+    dilation = tuple(draw(st.integers(1, 2)) for _ in range(rank))
+    pads = tuple((draw(st.integers(0, 2)), draw(st.integers(0, 2))) for _ in range(rank))
+    span = [d * (k - 1) + 1 - pb - pe for k, d, (pb, pe) in zip(kernel, dilation, pads)]
+    size = tuple(max(1, s) + draw(st.integers(0, 6)) for s in span)  # at least one output
+    return dict(
+        x=(draw(st.integers(0, 3)), c, *size), w=(o, c // group, *kernel), group=group,
+        stride=stride, dilation=dilation, pads=pads, bias=draw(st.booleans()),
+    )  # fmt: skip
+
+
+def _geometry(case: dict) -> tuple[Geometry2d, np.ndarray, np.ndarray]:
+    """The case as a 2-D geometry (a 1-D case as height 1), with its x and W in 2-D."""
+    x, w = _rand(case["x"], 1), _rand(case["w"], 2)
+    stride, dilation, pads = case["stride"], case["dilation"], case["pads"]
+    if len(case["x"]) == 3:
+        x, w = x[:, :, None], w[:, :, None]
+        stride, dilation, pads = (1, *stride), (1, *dilation), ((0, 0), *pads)
+    out = tuple(
+        (m + pb + pe - d * (k - 1) - 1) // s + 1
+        for m, k, s, d, (pb, pe) in zip(x.shape[2:], w.shape[2:], stride, dilation, pads)
+    )
+    flat = (pads[0][0], pads[0][1], pads[1][0], pads[1][1])
+    return Geometry2d(w.shape[2:], stride, dilation, flat, out, case["group"]), x, w
+
+
+@needs_onednn
+@settings(max_examples=120, deadline=None)
+@given(case=cases())
+def test_onednn_equals_the_blocked_gemm(case: dict) -> None:
+    """Forward, dx, dW and db of the oneDNN plan equal the blocked im2col GEMM's (float32 within
+    1e-5), empty batches, asymmetric pads, dilations, strides and groups included."""
+    geo, x, w = _geometry(case)
+    b = _rand((w.shape[0],), 3) if case["bias"] else None
+    got_plan, want_plan = conv_onednn.OneDnn(np, geo), BlockedGemm(np, geo)
+    y, want = got_plan.forward(x, w, b), want_plan.forward(x, w, b)
+    assert got_plan.fallback is None  # oneDNN ran it
+    _close(y, want)
+    dy = _rand(y.shape, 4)
+    got, exp = got_plan.backward(dy, True, True), want_plan.backward(dy, True, True)
+    for a, e in zip(got, exp):
+        _close(a, e)
+    if b is not None:
+        _close(got_plan.db, dy.sum(axis=(0, 2, 3)))
+
+
+@needs_onednn
+@pytest.mark.parametrize("need_x, need_w", [(True, False), (False, True), (False, False)])
+def test_onednn_backward_gives_only_what_is_asked(need_x: bool, need_w: bool) -> None:
+    geo = Geometry2d((3, 3), (1, 1), (1, 1), (1, 1, 1, 1), (6, 6), 1)
+    x, w, b = _rand((2, 4, 6, 6), 5), _rand((5, 4, 3, 3), 6), _rand((5,), 7)
+    plan, ref = conv_onednn.OneDnn(np, geo), BlockedGemm(np, geo)
+    dy = _rand(plan.forward(x, w, b).shape, 8)
+    ref.forward(x, w, b)
+    dx, dw = plan.backward(dy, need_x, need_w)
+    want_dx, want_dw = ref.backward(dy, True, True)
+    assert (dx is None) != need_x and (dw is None) != need_w
+    if need_x:
+        _close(dx, want_dx)
+    if need_w:
+        _close(dw, want_dw)
+    _close(plan.db, dy.sum(axis=(0, 2, 3)))  # the bias gradient comes with either pass
+
+
+@needs_onednn
+def test_a_recorded_float32_conv_takes_onednn_and_its_gradients_are_the_engines() -> None:
+    """Through the op: a float32 conv with a backward runs ``onednn`` (float64 keeps the NumPy
+    strategies), strided and channels-last inputs included, and gives the NumPy strategy's
+    output and gradients, the bias gradient included."""
+    x = _rand((3, 5, 7, 4), 9).transpose(0, 3, 1, 2)  # channels-last: not C-contiguous
+    w, b = _rand((6, 4, 3, 3), 10), _rand((6,), 11)
+    results = {}
+    for strategy in ("onednn", "blocks"):
+        op = ops.Conv2d(2, 1, 1)
+        op.needs_grad = (True, True, True)
+        op.xp = np
+        os.environ[onednn.ENV] = "1" if strategy == "onednn" else "0"
+        try:
+            y = op.forward(x, w, b)
+            results[strategy] = (y, *op.backward(_rand(y.shape, 12)))
+        finally:
+            del os.environ[onednn.ENV]
+        assert op.strategy == strategy
+    for got, want in zip(results["onednn"], results["blocks"]):
+        _close(got, want)
+    op = ops.Conv2d()
+    op.needs_grad = (True, True)
+    op.xp = np
+    op.forward(x.astype(np.float64), w.astype(np.float64))
+    assert op.strategy == "blocks"
+
+
+@needs_onednn
+def test_a_geometry_onednn_refuses_runs_the_blocked_gemm(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where oneDNN has no kernel (an error status from a primitive descriptor), the plan runs
+    the blocked GEMM for that call: same output, same gradients."""
+
+    def refuse(*args: object) -> None:
+        raise onednn.OneDnnError("oneDNN convolution forward failed with status 3")
+
+    monkeypatch.setattr(onednn, "convolution", refuse)
+    geo = Geometry2d((3, 3), (2, 2), (1, 1), (1, 0, 1, 0), (3, 3), 1)
+    x, w = _rand((2, 3, 6, 6), 13), _rand((4, 3, 3, 3), 14)
+    plan, ref = conv_onednn.OneDnn(np, geo), BlockedGemm(np, geo)
+    np.testing.assert_array_equal(plan.forward(x, w, None), ref.forward(x, w, None))
+    assert isinstance(plan.fallback, BlockedGemm)
+    dy = _rand((2, 4, 3, 3), 15)
+    for a, e in zip(plan.backward(dy, True, True), ref.backward(dy, True, True)):
+        np.testing.assert_array_equal(a, e)
+
+
+@needs_onednn
+def test_convolutions_of_one_geometry_share_their_primitives() -> None:
+    key = ((2, 3, 8, 8), (4, 3, 3, 3), True, (1, 1), (1, 1), ((1, 1), (1, 1)), 1, True)
+    first = onednn.convolution(*key)
+    assert onednn.convolution(*key) is first
+    assert onednn.convolution(*key[:-1], False) is not first  # inference: its own primitive
+    assert first.impl()  # oneDNN names the kernel it chose
+
+
+def test_usable_asks_for_float32_numpy_arrays_and_the_switch(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert not onednn.usable(np, np.zeros(2, np.float64))
+    assert not onednn.usable(object(), np.zeros(2, np.float32))
+    monkeypatch.setenv(onednn.ENV, "0")
+    assert not onednn.usable(np, np.zeros(2, np.float32))
+    monkeypatch.setenv(onednn.ENV, "1")
+    monkeypatch.setenv("SINGA_LITE_CPU_KERNELS", "0")  # the kernels' switch turns it off too
+    assert not onednn.usable(np, np.zeros(2, np.float32))
+
+
+def test_without_the_library_convolution_raises_a_typed_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(onednn, "_state", {"error": "libdnnl.so.3: cannot open shared object file"})
+    assert not onednn.available()
+    assert "cannot open" in onednn.why_unavailable()
+    with pytest.raises(onednn.OneDnnError, match="not loaded"):
+        onednn.convolution((1, 1, 3, 3), (1, 1, 1, 1), False, (1, 1), (1, 1), ((0, 0), (0, 0)), 1, True)
+
+
+def test_select_names_onednn_only_for_a_backward() -> None:
+    from singa_lite.ops.conv_select import select
+
+    args = (2, (4, 8, 9, 9), (16, 8, 3, 3), 1, "float32", "numpy")
+    assert select(*args, grad=True, onednn=True) == "onednn"
+    assert select(*args, grad=False, onednn=True) == "blocks"
+    assert select(*args, grad=True, onednn=False) == "blocks"
+
+
+def test_the_blas_spin_is_left_alone_when_the_user_set_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A timeout in the environment is the user's: nothing is re-read or restarted."""
+    monkeypatch.setattr(threads, "_blas_spin_set", False)
+    monkeypatch.setenv(threads.BLAS_SPIN_ENV, "7")
+    monkeypatch.setattr(threads, "blas_info", lambda: pytest.fail("OpenBLAS was touched"))
+    assert threads.shorten_blas_spin()
+    assert os.environ[threads.BLAS_SPIN_ENV] == "7"
+
+
+def test_the_blas_spin_needs_openblas_pthreads(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(threads, "_blas_spin_set", False)
+    monkeypatch.delenv(threads.BLAS_SPIN_ENV, raising=False)
+    monkeypatch.setattr(threads, "blas_info", lambda: [{"internal_api": "mkl", "threading_layer": "intel"}])
+    assert not threads.shorten_blas_spin()
+    assert threads.BLAS_SPIN_ENV not in os.environ
