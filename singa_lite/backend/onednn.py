@@ -284,12 +284,21 @@ class _Memory:
             self.lib.dnnl_memory_destroy(self.handle)
 
 
+_run_lock = threading.Lock()
+
+
 def run(primitive: Any, args: Sequence[tuple[int, Any]]) -> None:
-    """Execute ``primitive`` on the stream with ``(DNNL_ARG_*, _Memory)`` arguments and wait."""
+    """Execute ``primitive`` on the stream with ``(DNNL_ARG_*, _Memory)`` arguments and wait.
+
+    One call at a time: ctypes lets go of the GIL, and a oneDNN build without concurrent
+    execution shares one scratchpad between calls; each call has all the threads anyway."""
     lib = _lib()
     packed = (_Arg * len(args))(*(_Arg(k, m.handle) for k, m in args))
-    _check(lib.dnnl_primitive_execute(primitive, _state["stream"], len(args), packed), "primitive_execute")
-    _check(lib.dnnl_stream_wait(_state["stream"]), "stream_wait")
+    with _run_lock:
+        _check(
+            lib.dnnl_primitive_execute(primitive, _state["stream"], len(args), packed), "primitive_execute"
+        )
+        _check(lib.dnnl_stream_wait(_state["stream"]), "stream_wait")
 
 
 def aligned_empty(nbytes: int) -> Any:
@@ -399,14 +408,20 @@ class Convolution:
     def _shapes(self) -> dict[str, tuple[int, ...]]:
         return {"x": self.x_shape, "w": self.w_dnnl, "y": self.y_shape, "b": (self.w_shape[0],)}
 
-    def forward(self, x: Any, W: Any, b: Any) -> tuple[Any, _Memory, _Memory]:
-        """``y`` (NCHW) and the source and weight memories the backward passes can reuse."""
-        xm, wm, ym = self.fx.wrap(x), self.fw.wrap(W), self.fy.output()
+    def forward(self, x: Any, W: Any, b: Any, wm: _Memory | None = None) -> tuple[Any, _Memory, _Memory]:
+        """``y`` (NCHW) and the source and weight memories the backward passes can reuse;
+        ``wm`` is ``W`` already in the forward's layout (:meth:`weights`), for a constant weight."""
+        xm, ym = self.fx.wrap(x), self.fy.output()
+        wm = self.fw.wrap(W) if wm is None else wm
         args = [(_SRC, xm), (_WEIGHTS, wm), (_DST, ym)]
         if b is not None:
             args.append((_BIAS, _Memory(self.plain["b"].handle, b)))
         self.fwd.run(args)
         return self.fy.unwrap(ym, self.y_shape), xm, wm
+
+    def weights(self, W: Any) -> _Memory:
+        """``W`` (C-contiguous) in the forward's layout: made once for a weight that stays."""
+        return self.fw.wrap(W)
 
     def backward(
         self, dy: Any, x: Any, xm: _Memory, W: Any, wm: _Memory, need_x: bool, need_W: bool, need_b: bool

@@ -179,13 +179,24 @@ def test_without_the_library_convolution_raises_a_typed_error(monkeypatch: pytes
         onednn.convolution((1, 1, 3, 3), (1, 1, 1, 1), False, (1, 1), (1, 1), ((0, 0), (0, 0)), 1, True)
 
 
-def test_select_names_onednn_only_for_a_backward() -> None:
+@pytest.mark.parametrize(
+    "x, w, group, grad, want",
+    [
+        ((4, 8, 9, 9), (16, 8, 3, 3), 1, True, "onednn"),
+        ((4, 8, 9, 9), (16, 8, 3, 3), 1, False, "onednn"),  # inference, a 3x3 kernel
+        ((1, 8, 9, 9), (16, 8, 3, 3), 1, False, "onednn"),
+        ((1, 8, 9, 9), (16, 8, 1, 1), 1, False, "one_image"),  # 1x1 inference: the reorders lose
+        ((4, 8, 9, 9), (16, 8, 1, 1), 1, True, "onednn"),
+        ((4, 8, 9, 9), (16, 4, 3, 3), 2, True, "onednn"),  # grouped
+        ((4, 8, 9, 9), (8, 1, 3, 3), 8, True, "depthwise"),  # depthwise keeps its own loops
+    ],
+)
+def test_select_with_onednn(x: tuple, w: tuple, group: int, grad: bool, want: str) -> None:
     from singa_lite.ops.conv_select import select
 
-    args = (2, (4, 8, 9, 9), (16, 8, 3, 3), 1, "float32", "numpy")
-    assert select(*args, grad=True, onednn=True) == "onednn"
-    assert select(*args, grad=False, onednn=True) == "blocks"
-    assert select(*args, grad=True, onednn=False) == "blocks"
+    args = (2, x, w, group, "float32", "numpy")
+    assert select(*args, grad=grad, onednn=True) == want
+    assert select(*args, grad=grad, onednn=False) != "onednn"
 
 
 def test_the_blas_spin_is_left_alone_when_the_user_set_it(monkeypatch: pytest.MonkeyPatch) -> None:

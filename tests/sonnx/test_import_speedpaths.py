@@ -10,6 +10,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from singa_lite import autograd, tensor
+from singa_lite.backend import onednn
 from singa_lite.ops import conv as conv_mod
 from singa_lite.ops import conv_infer
 from singa_lite.ops import pool as pool_mod
@@ -36,7 +37,10 @@ def _forward(op: Conv2d, x: np.ndarray, W: np.ndarray, b: np.ndarray) -> np.ndar
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("case", CASES)
-def test_one_image_conv_matches_general_path(case: tuple, dtype: type) -> None:
+def test_one_image_conv_matches_general_path(
+    case: tuple, dtype: type, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(onednn.ENV, "0")  # the NumPy strategies (test_conv_onednn holds oneDNN to them)
     C, O, H, Wd, k, s, p, d, g = case
     rng = np.random.default_rng(0)
     x = rng.standard_normal((1, C, H, Wd)).astype(dtype)

@@ -11,10 +11,12 @@ from __future__ import annotations
 import copy
 import math
 from collections.abc import Sequence
+from typing import NamedTuple
 
 import numpy as np
 
 from singa_lite import autograd, ops
+from singa_lite.backend import onednn
 from singa_lite.ops import conv_infer, conv_select, depthwise, unary, window
 from singa_lite.sonnx import limits
 from singa_lite.sonnx.import_ops.base import (
@@ -126,14 +128,25 @@ def _conv(x: Tensor, W: Tensor, B: Tensor | None, checked: tuple) -> Tensor:
     return ops.conv_nd(x, W, B, tuple(strides), window.onnx_pairs(pads), tuple(dilations), group)
 
 
+class _Prepared(NamedTuple):
+    """A :class:`PackedConv`'s work for one input shape and dtype, done at the first run."""
+
+    checks: tuple  # _conv_checks' answer: (kernel, strides, dilations, pads, group)
+    geometry: tuple  # (strides, (top, bottom, left, right), dilations, group)
+    depthwise_hw: tuple | None  # the output's size, when the compiled depthwise kernel runs it
+    onednn: tuple | None  # (backend.onednn.Convolution, the weight in its layout), when it runs it
+
+
 class PackedConv:
     """A Conv node of an inference program whose weight and bias are constants: its weight
     with the bias appended as a column is made once, so that a batch-1 run adds the bias in
     the GEMM (``conv.conv2d_one_image``); a depthwise conv on the compiled CPU kernels adds it
-    as the kernel writes the output. ``bounds = (lo, hi)`` is a Relu or Clip fused in
-    (``fusion.ConvActivation``): the output clamped where it is made (the depthwise kernel)
-    or in place after. Any other input (a batch, 1-D, a depthwise conv off the kernels) runs
-    ``Conv``. Not an ONNX operator: ``SingaRep``'s fused program swaps it in."""
+    as the kernel writes the output; a conv that oneDNN runs (``conv_select``: float32, a
+    kernel larger than 1x1) has its weight reordered to oneDNN's layout once per input shape.
+    ``bounds = (lo, hi)`` is a Relu or Clip fused in (``fusion.ConvActivation``): the output
+    clamped where it is made (the depthwise kernel) or in place after. Any other input (a
+    batch, 1-D, a depthwise conv off the kernels) runs ``Conv``. Not an ONNX operator:
+    ``SingaRep``'s fused program swaps it in."""
 
     def __init__(self, W: Tensor, B: Tensor, group: int, bounds: tuple[float, float] | None = None) -> None:
         xp = W.device.xp
@@ -141,7 +154,7 @@ class PackedConv:
         self.bounds = bounds
         # _conv_checks' answer per input shape and dtype (the weight and bias are constants):
         # the checks and the geometry they work out cost ~90 us a node, a run repeats them.
-        self.checked: dict[tuple, tuple] = {}
+        self.checked: dict[tuple, _Prepared] = {}
 
     @classmethod
     def with_bounds(cls, conv: PackedConv, bounds: tuple[float, float]) -> PackedConv:
@@ -160,37 +173,52 @@ class PackedConv:
         if B is None or x.ndim() != 4 or W.ndim() != 4:
             return self._clamped(Conv(n, x, W, B))
         key = (x.shape, x.dtype, W.shape, B.shape)
-        checked = self.checked.get(key)
-        if checked is None:
+        prepared = self.checked.get(key)
+        if prepared is None:
             if len(self.checked) >= 8:  # inputs of ever new shapes: keep a few
                 self.checked.clear()
-            checked = _conv_checks(n, x, W, B)
-            _, strides, dilations, pads, group = checked
-            pairs = window.onnx_pairs(pads)
-            geometry = (tuple(strides), window.flat(pairs), tuple(dilations), group)
-            out_hw = tuple(window.out_size(x.shape[2:], W.shape[2:], strides, pairs, dilations))
-            xp = x.device.xp
-            kernels = depthwise.kernels_take(xp, x.data, W.data)
-            on_kernels = conv_select.select(
-                2, x.shape, W.shape, group, x.dtype, xp.__name__, grad=False, kernels=kernels
-            )
-            checked = self.checked[key] = (
-                *checked,
-                geometry,
-                out_hw if on_kernels == "depthwise_kernel" else None,
-            )
-        if checked[6] is not None:  # depthwise on the compiled kernels: bias and clamp as it writes
-            (strides, pads, dilations, _), out_hw = checked[5], checked[6]
+            prepared = self.checked[key] = self._prepare(n, x, W, B)
+        if prepared.depthwise_hw is not None:  # the compiled kernels: bias and clamp as it writes
+            (strides, pads, dilations, _), out_hw = prepared.geometry, prepared.depthwise_hw
             from singa_lite.backend.cpu_kernels import conv as dw  # Numba: imported once wanted
 
             y = dw.depthwise_forward(x.data, W.data, strides, dilations, pads, out_hw, B.data, self.bounds)
             return Tensor._wrap(y, x.device, False, None, 0)
-        strides, pads, dilations, group = checked[5]
+        if prepared.onednn is not None:  # the weight already in oneDNN's layout
+            conv, wm = prepared.onednn
+            y = conv.forward(np.ascontiguousarray(x.data), None, B.data, wm)[0]
+            return Tensor._wrap(conv_infer.clamp_(np, y, self.bounds), x.device, False, None, 0)
+        strides, pads, dilations, group = prepared.geometry
         args = (x.data, W.data, B.data, self.Wb, strides, pads, dilations, group, self.bounds)
         y1 = conv_infer.conv2d_one_image(x.device.xp, *args)
         if y1 is not None:
             return Tensor._wrap(y1, x.device, False, None, 0)
-        return self._clamped(_conv(x, W, B, checked[:5]))
+        return self._clamped(_conv(x, W, B, prepared.checks))
+
+    def _prepare(self, n: Node, x: Tensor, W: Tensor, B: Tensor) -> _Prepared:
+        """What a run of this conv on inputs of ``x``'s shape and dtype repeats: the checks
+        (~90 us a node) and the strategy, with what the strategy makes once from the weight."""
+        checks = _conv_checks(n, x, W, B)
+        _, strides, dilations, pads, group = checks
+        pairs = window.onnx_pairs(pads)
+        geometry = (tuple(strides), window.flat(pairs), tuple(dilations), group)
+        xp = x.device.xp
+        depthwise_run = depthwise.kernels_take(xp, x.data, W.data)
+        dnnl = onednn.usable(xp, x.data, W.data, B.data)
+        strategy = conv_select.select(
+            2, x.shape, W.shape, group, x.dtype, xp.__name__, grad=False, kernels=depthwise_run, onednn=dnnl
+        )
+        if strategy == "depthwise_kernel":
+            out_hw = tuple(window.out_size(x.shape[2:], W.shape[2:], strides, pairs, dilations))
+            return _Prepared(checks, geometry, out_hw, None)
+        if strategy == "onednn":
+            args = (tuple(strides), tuple(dilations), tuple(pairs), group, False)
+            try:
+                conv = onednn.convolution(x.shape, W.shape, True, *args)
+            except onednn.OneDnnError:  # no kernel for this geometry: the NumPy strategies
+                return _Prepared(checks, geometry, None, None)
+            return _Prepared(checks, geometry, None, (conv, conv.weights(np.ascontiguousarray(W.data))))
+        return _Prepared(checks, geometry, None, None)
 
     def _clamped(self, y: Tensor) -> Tensor:
         """``y`` (a new array nothing else holds) clamped in place to the fused bounds."""
