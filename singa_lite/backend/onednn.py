@@ -27,11 +27,12 @@ import os
 import sys
 import threading
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
 
+from singa_lite.backend import cpu_kernels
 from singa_lite.backend.cpu_kernels import threads
 
 ENV = "SINGA_LITE_ONEDNN"
@@ -107,14 +108,17 @@ _local = threading.local()
 def enabled() -> bool:
     """Whether this path is switched on: the compiled CPU kernels on and ``SINGA_LITE_ONEDNN``
     not ``0``."""
-    from singa_lite.backend import cpu_kernels
-
     return cpu_kernels.enabled() and os.environ.get(ENV, "1").strip() not in ("0", "false", "off", "no")
 
 
-def _candidates() -> list[str]:
+def _candidates() -> Iterator[str]:
+    """Where ``libdnnl`` may be: the environment's ``lib/`` (where the wheel puts it), the
+    loader's path, then whatever ``ldconfig`` knows (asked last: it runs a subprocess)."""
+    yield os.path.join(sys.prefix, "lib", LIBRARY)
+    yield LIBRARY
     found = ctypes.util.find_library("dnnl")
-    return [os.path.join(sys.prefix, "lib", LIBRARY), LIBRARY, *([found] if found else [])]
+    if found:
+        yield found
 
 
 GOMP_SPIN = "10000"
@@ -131,12 +135,16 @@ def _load() -> None:
         except OSError as e:  # not there, or its libgomp missing
             errors.append(str(e))
             continue
-        for name, (restype, argtypes) in _SIGNATURES.items():
-            fn = getattr(lib, name)
-            fn.restype, fn.argtypes = restype, argtypes
         engine, stream = _P(), _P()
-        _check(lib.dnnl_engine_create(ctypes.byref(engine), _CPU, 0), "engine_create")
-        _check(lib.dnnl_stream_create(ctypes.byref(stream), engine, _IN_ORDER), "stream_create")
+        try:
+            for name, (restype, argtypes) in _SIGNATURES.items():
+                fn = getattr(lib, name)
+                fn.restype, fn.argtypes = restype, argtypes
+            _check(lib.dnnl_engine_create(ctypes.byref(engine), _CPU, 0), "engine_create")
+            _check(lib.dnnl_stream_create(ctypes.byref(stream), engine, _IN_ORDER), "stream_create")
+        except (AttributeError, OneDnnError) as e:  # another version's library, or no CPU engine
+            errors.append(f"{path}: {e}")
+            continue
         _state.update(lib=lib, engine=engine, stream=stream, omp=_openmp())
         threads.shorten_blas_spin()  # its spinning workers would halve oneDNN's threads
         return
@@ -185,14 +193,24 @@ def why_unavailable() -> str:
     return str(_state.get("error", ""))
 
 
-def usable(xp: Any, *arrays: Any) -> bool:
+def usable(xp: Any, *arrays: Any, inference: bool = False) -> bool:
     """Whether oneDNN can take ``arrays``: float32 NumPy arrays, the path on and the library
     loaded. (float64 has no oneDNN kernels; those convs keep the NumPy strategies.)
+
+    ``inference``: a conv with no backward, which takes oneDNN only on one thread. On more,
+    its OpenMP threads and OpenBLAS's take turns every few hundred microseconds in a batch-1
+    network (a oneDNN 3x3 conv, an OpenBLAS 1x1 conv, ...), and each pool's idle workers,
+    still spinning, halve the other's: on two threads DenseNet-121 took 308 ms against 72 and
+    Inception-v1 104 against 45. A training step's convs run for milliseconds each.
 
     >>> usable(np, np.zeros(3, np.float64))
     False
     """
-    return xp is np and all(a.dtype == np.float32 for a in arrays) and enabled() and available()
+    if xp is not np or not all(a.dtype == np.float32 for a in arrays) or not enabled():
+        return False
+    if inference and threads.count() > 1:
+        return False  # asked first: loading the library shortens OpenBLAS's spin
+    return available()
 
 
 def _check(status: int, what: str) -> None:
@@ -208,6 +226,7 @@ def _dims(values: Sequence[int]) -> Any:
 
 
 def _lib() -> Any:
+    """The library, with this thread's OpenMP thread count set."""
     lib = _state["lib"]
     generation = threads.generation()
     if getattr(_local, "generation", None) != generation:  # OpenMP keeps the count per thread

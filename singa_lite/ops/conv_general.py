@@ -111,7 +111,7 @@ class _ConvEngine(Operator):
         grad = self.backward_follows or bool(self.needs_grad)
         depthwise = not self.transposed and W.shape[1] == 1 and g > 1
         kernels = depthwise and kernels_take(xp, x, W)
-        dnnl = not depthwise and not self.transposed and onednn.usable(xp, x, W)
+        dnnl = not depthwise and not self.transposed and onednn.usable(xp, x, W, inference=not grad)
         pointwise = (
             not self.transposed
             and all(k == 1 for k in W.shape[2:])

@@ -1,5 +1,9 @@
 """The ``onednn`` strategy: a 1-D or 2-D convolution by oneDNN's kernels (``backend.onednn``).
 
+The engine runs it for float32 host convs with a backward, and for inference convs with a
+kernel larger than 1x1 (``conv_select``); an inference call builds the same (training)
+primitive, whose forward is the inference one's.
+
 The forward keeps the source and weights in the layouts oneDNN chose, so that the backward
 passes reorder only ``dy``; the backward-weights pass writes the bias gradient as it goes
 (``db``, which the engine takes instead of summing ``dy``). A geometry oneDNN has no kernel for
@@ -19,9 +23,9 @@ from singa_lite.ops.conv_blocks import BlockedGemm, Geometry2d, Plan
 class OneDnn(Plan):
     """Forward and backward of one call by oneDNN's convolution primitives (float32, NumPy)."""
 
-    def __init__(self, xp: Any, geo: Geometry2d, training: bool = True) -> None:
+    def __init__(self, xp: Any, geo: Geometry2d) -> None:
         super().__init__(xp, geo)
-        self.geo, self.training = geo, training
+        self.geo = geo
         self.fallback: Plan | None = None
         self.db: Any = None
 
@@ -32,7 +36,7 @@ class OneDnn(Plan):
         try:
             self.conv = onednn.convolution(
                 x.shape, W.shape, b is not None, self.stride, self.dilation, ((t, bo), (l, r)),
-                self.group, self.training,
+                self.group, True,  # a training primitive: keeps what a backward needs
             )  # fmt: skip
         except onednn.OneDnnError:
             self.fallback = BlockedGemm(self.xp, self.geo)

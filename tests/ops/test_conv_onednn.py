@@ -171,6 +171,37 @@ def test_usable_asks_for_float32_numpy_arrays_and_the_switch(monkeypatch: pytest
     assert not onednn.usable(np, np.zeros(2, np.float32))
 
 
+def test_a_library_that_does_not_load_leaves_the_numpy_strategies(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No ``libdnnl`` (or one whose dependencies are missing): not usable, the loader's message
+    kept, and a float32 training conv runs the blocked GEMM."""
+    monkeypatch.setattr(onednn, "_state", {})
+    monkeypatch.setattr(onednn, "_candidates", lambda: iter(["/nonexistent/libdnnl.so.3"]))
+    assert not onednn.available()
+    assert "/nonexistent/libdnnl.so.3" in onednn.why_unavailable()
+    assert not onednn.usable(np, np.zeros(2, np.float32))
+    op = ops.Conv2d(1, 1)
+    op.needs_grad = (True, True)
+    op.xp = np
+    op.forward(_rand((2, 3, 5, 5), 16), _rand((4, 3, 3, 3), 17))
+    assert op.strategy == "blocks"
+
+
+def test_inference_takes_onednn_on_one_thread_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    """On more threads an inference conv keeps the NumPy strategies, and the question does not
+    load the library (which would shorten OpenBLAS's spin for nothing)."""
+    monkeypatch.setattr(onednn, "_state", {})
+    monkeypatch.setattr(threads, "count", lambda: 2)
+    f32 = np.zeros(2, np.float32)
+    assert not onednn.usable(np, f32, inference=True)
+    assert onednn._state == {}
+    op = ops.Conv2d(1, 1)
+    op.xp = np
+    op.forward(_rand((2, 3, 5, 5), 18), _rand((4, 3, 3, 3), 19))  # no backward follows
+    assert op.strategy == "blocks" and onednn._state == {}
+    monkeypatch.setattr(threads, "count", lambda: 1)
+    assert onednn.usable(np, f32, inference=True) == onednn.available()
+
+
 def test_without_the_library_convolution_raises_a_typed_error(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(onednn, "_state", {"error": "libdnnl.so.3: cannot open shared object file"})
     assert not onednn.available()
@@ -214,3 +245,60 @@ def test_the_blas_spin_needs_openblas_pthreads(monkeypatch: pytest.MonkeyPatch) 
     monkeypatch.setattr(threads, "blas_info", lambda: [{"internal_api": "mkl", "threading_layer": "intel"}])
     assert not threads.shorten_blas_spin()
     assert threads.BLAS_SPIN_ENV not in os.environ
+
+
+def _conv_model() -> tuple:
+    """A Conv 3x3 + Relu, then a strided 5x5 Conv with asymmetric pads + Clip(0, 6), then a
+    1x1 Conv: ONNX, with its input."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    w1, b1 = _rand((8, 3, 3, 3), 20), _rand((8,), 21)
+    w2, b2 = _rand((6, 8, 5, 5), 22), _rand((6,), 23)
+    w3, b3 = _rand((4, 6, 1, 1), 24), _rand((4,), 25)
+    lo, hi = numpy_helper.from_array(np.float32(0), "lo"), numpy_helper.from_array(np.float32(6), "hi")
+    nodes = [
+        helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c1"], ["r1"]),
+        helper.make_node(
+            "Conv", ["r1", "w2", "b2"], ["c2"], kernel_shape=[5, 5], strides=[2, 2], pads=[2, 1, 0, 2]
+        ),
+        helper.make_node("Clip", ["c2", "lo", "hi"], ["r2"]),
+        helper.make_node("Conv", ["r2", "w3", "b3"], ["y"], kernel_shape=[1, 1]),
+    ]
+    inits = [
+        numpy_helper.from_array(a, n)
+        for a, n in ((w1, "w1"), (b1, "b1"), (w2, "w2"), (b2, "b2"), (w3, "w3"), (b3, "b3"))
+    ]
+    graph = helper.make_graph(
+        nodes, "convs", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 11, 10])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 5, 6])], [*inits, lo, hi],
+    )  # fmt: skip
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    return model, _rand((1, 3, 11, 10), 26) * 3
+
+
+@needs_onednn
+def test_an_onnx_models_convs_run_onednn_on_one_thread(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Batch-1 inference on one thread: the packed 3x3 and 5x5 convs (activations fused) run
+    oneDNN with their weights reordered once, the 1x1 conv the NumPy GEMM; the outputs are the
+    NumPy strategies' within 1e-5, at the first run and the next."""
+    from singa_lite import tensor
+    from singa_lite.sonnx import prepare
+
+    model, x = _conv_model()
+    monkeypatch.setenv(onednn.ENV, "0")
+    want = prepare(model).run([tensor.from_numpy(x)])[0].numpy()
+    monkeypatch.setenv(onednn.ENV, "1")
+    monkeypatch.setattr(threads, "count", lambda: 1)
+    calls: list[tuple] = []
+    forward = onednn.Convolution.forward
+
+    def counted(self, x, W, b, wm=None):
+        calls.append((self.w_shape, W is None and wm is not None))
+        return forward(self, x, W, b, wm)
+
+    monkeypatch.setattr(onednn.Convolution, "forward", counted)
+    rep = prepare(model)
+    for _ in range(2):
+        _close(rep.run([tensor.from_numpy(x)])[0].numpy(), want)
+    assert calls == [((8, 3, 3, 3), True), ((6, 8, 5, 5), True)] * 2

@@ -1,7 +1,8 @@
-"""One thread count for the compiled kernels and BLAS, chosen once.
+"""One thread count for the compiled kernels, oneDNN and BLAS, chosen once.
 
-The kernels run between the matrix products, never during one, so the cores are never
-oversubscribed as long as neither pool is larger than the cores this process may run on.
+The kernels and oneDNN's convolutions run between the matrix products, never during one, so
+the cores are never oversubscribed as long as no pool is larger than the cores this process
+may run on and an idle pool stops spinning soon (:func:`shorten_blas_spin`).
 By default the kernels take BLAS's count (as OpenBLAS sized itself from
 ``OPENBLAS_NUM_THREADS``/``OMP_NUM_THREADS`` or the cores), capped by the CPU affinity, and
 BLAS is left alone. ``SINGA_LITE_NUM_THREADS=N`` in the environment, or

@@ -204,7 +204,7 @@ class PackedConv:
         geometry = (tuple(strides), window.flat(pairs), tuple(dilations), group)
         xp = x.device.xp
         depthwise_run = depthwise.kernels_take(xp, x.data, W.data)
-        dnnl = onednn.usable(xp, x.data, W.data, B.data)
+        dnnl = onednn.usable(xp, x.data, W.data, B.data, inference=True)
         strategy = conv_select.select(
             2, x.shape, W.shape, group, x.dtype, xp.__name__, grad=False, kernels=depthwise_run, onednn=dnnl
         )
