@@ -1,8 +1,8 @@
 """The ``onednn`` strategy: a 1-D or 2-D convolution by oneDNN's kernels (``backend.onednn``).
 
-The engine runs it for float32 host convs with a backward, and for inference convs with a
-kernel larger than 1x1 (``conv_select``); an inference call builds the same (training)
-primitive, whose forward is the inference one's.
+The engine runs it for float32 host convs with a backward, and, on one thread, for inference
+convs with a kernel larger than 1x1 (``conv_select``, ``onednn.usable``); an inference call
+builds the same (training) primitive, whose forward is the inference one's.
 
 The forward keeps the source and weights in the layouts oneDNN chose, so that the backward
 passes reorder only ``dy``; the backward-weights pass writes the bias gradient as it goes
@@ -42,12 +42,15 @@ class OneDnn(Plan):
             self.fallback = BlockedGemm(self.xp, self.geo)
             return self.fallback.forward(x, W, b)
         y, self.xm, self.wm = self.conv.forward(x, W, b)
-        self.x, self.W = x, W
+        self.x, self.W, self.has_bias = x, W, b is not None
         return y
 
     def backward(self, dy: Any, need_x: bool, need_W: bool) -> tuple[Any, Any]:
         if self.fallback is not None:
             return self.fallback.backward(dy, need_x, need_W)
         dy = np.ascontiguousarray(dy, dtype=np.float32)
-        dx, dW, self.db = self.conv.backward(dy, self.x, self.xm, self.W, self.wm, need_x, need_W, True)
+        # the bias gradient comes with the weights' pass; with no bias, that pass runs for dW alone
+        dx, dW, self.db = self.conv.backward(
+            dy, self.x, self.xm, self.W, self.wm, need_x, need_W, self.has_bias
+        )
         return dx, dW

@@ -55,8 +55,9 @@ def select(
     (``"numpy"``, ``"cupy"``), ``grad`` whether a backward will follow, ``kernels`` whether the
     compiled CPU kernels take arrays of this ``dtype`` (``cpu_kernels.usable``), ``pointwise``
     whether the kernel is 1x1 at stride 1 with no padding, ``onednn`` whether oneDNN takes the
-    arrays (``backend.onednn.usable``; float32 on the host): then every conv with a backward and
-    every inference conv with a kernel larger than 1x1 runs ``onednn``.
+    arrays (``backend.onednn.usable``: float32 on the host, and for inference one thread): then
+    every conv with a backward and every inference conv with a kernel larger than 1x1 runs
+    ``onednn``.
 
     >>> select(2, (1, 8, 9, 9), (16, 8, 3, 3), 1, "float32", "numpy", grad=False)
     'one_image'
