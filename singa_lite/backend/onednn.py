@@ -15,8 +15,9 @@ arrays are float32 NumPy arrays. Without the library every convolution runs on t
 strategies, which are also what this path is tested against.
 
 Threads: oneDNN runs on the OpenMP pool of the ``libgomp`` it links; each calling thread gives
-it :func:`threads.count` threads (``omp_set_num_threads``) before its first call, so oneDNN,
-OpenBLAS and the Numba kernels run on one count and take turns, never at once.
+it :func:`~singa_lite.backend.cpu_kernels.threads.count` threads (``omp_set_num_threads``)
+before its first call, so oneDNN, OpenBLAS and the Numba kernels run on one count and take
+turns, never at once.
 """
 
 from __future__ import annotations
@@ -429,7 +430,7 @@ class Convolution:
 
     def forward(self, x: Any, W: Any, b: Any, wm: _Memory | None = None) -> tuple[Any, _Memory, _Memory]:
         """``y`` (NCHW) and the source and weight memories the backward passes can reuse;
-        ``wm`` is ``W`` already in the forward's layout (:meth:`weights`), for a constant weight."""
+        ``wm`` is ``W`` already in the forward's layout (``weights``), for a constant weight."""
         xm, ym = self.fx.wrap(x), self.fy.output()
         wm = self.fw.wrap(W) if wm is None else wm
         args = [(_SRC, xm), (_WEIGHTS, wm), (_DST, ym)]
