@@ -517,3 +517,35 @@ def run_pool_ungated(fn: Any, x: np.ndarray, dy: np.ndarray) -> tuple[np.ndarray
         assert y.creator.cpu is not None, "the pool did not take the compiled kernels"
         grads = autograd.gradients(y, tensor.Tensor(device=DEV, data=dy))
         return tensor.to_numpy(y), tensor.to_numpy(grads[t])
+
+
+@pytest.mark.parametrize("parallel", [False, True])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("shape", [(3, 2, 8, 8), (2, 3, 7, 11), (1, 1, 2, 2), (0, 2, 4, 4)])
+def test_the_2x2_max_pool_loop_is_the_tiles_loop(shape, dtype, parallel, monkeypatch) -> None:
+    """2x2 windows at stride 2 take a loop of their own (the taps written out): the same maxima
+    and the same first-maximum taps as the general tiles loop, bit for bit, with NaN, -inf and
+    ties; and ``max_pool_forward`` takes it."""
+    from singa_lite.backend.cpu_kernels import pool as pool_kernels
+
+    rng = np.random.default_rng(shape[-1])
+    x = np.round(rng.standard_normal(shape) * 2).astype(dtype)  # many ties
+    flat = x.reshape(-1)
+    flat[:: max(1, flat.size // 5)] = np.nan
+    flat[2 :: max(1, flat.size // 4)] = -np.inf
+    out = (shape[2] // 2, shape[3] // 2)
+    geo = pool_kernels.geometry(shape[2:], out, (2, 2), (2, 2), (0, 0), (1, 1))
+    work = x.size * (10**7 if parallel else 1)  # the parallel form from PARALLEL_MIN up
+    results = []
+    for loop in (pool_kernels._max_2x2_forward, pool_kernels._max_tiles_forward):
+        y, arg = np.empty((*shape[:2], *out), dtype), np.empty((*shape[:2], *out), np.int8)
+        loop(work, x.reshape(-1), y.reshape(-1), arg.reshape(-1), geo, True)
+        results.append((y, arg))
+    np.testing.assert_array_equal(results[0][0], results[1][0])
+    np.testing.assert_array_equal(results[0][1], results[1][1])
+    calls = []
+    original = pool_kernels._max_2x2_forward
+    monkeypatch.setattr(pool_kernels, "_max_2x2_forward", lambda *a: calls.append(1) or original(*a))
+    y, arg = pool_kernels.max_pool_forward(x, out, geo, np.int8)
+    assert (len(calls) == 1 or x.size == 0) and arg is not None  # an empty batch runs no loop
+    np.testing.assert_array_equal(y, results[1][0])

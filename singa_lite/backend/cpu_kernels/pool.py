@@ -297,6 +297,38 @@ def _max_tiles_forward(x: Any, y: Any, arg: Any, g: Any, want_arg: bool) -> None
                         arg[ys + _U(o2)] = t
 
 
+@helper
+def _take(v: Any, i: Any, b: Any, t: Any) -> tuple[Any, Any]:
+    """One tap of :func:`_max_tiles_forward`'s comparison: ``(best, tap)`` after value ``v`` of
+    tap ``i``."""
+    c = v > b
+    return (v if (c | (v != v)) else b), (i if c else t)
+
+
+@exact
+def _max_2x2_forward(x: Any, y: Any, arg: Any, g: Any, want_arg: bool) -> None:
+    """:func:`_max_tiles_forward` for 2x2 windows at stride 2 (LeNet's and VGG's pools), its
+    four taps written out, so that a row of windows is one loop of selects that vectorises
+    across the row (two interleaved loads per input row): 4.9 -> ~1 ms on LeNet's first pool,
+    the generic loop's taps being loops of runtime length."""
+    S1, S2, O1, O2 = g[1], g[2], g[4], g[5]
+    low = like(x, -np.inf)
+    for p in prange(x.size // (S1 * S2)):
+        for o1 in range(O1):
+            r0 = _U((p * S1 + 2 * o1) * S2)
+            r1 = r0 + _U(S2)
+            ys = _U((p * O1 + o1) * O2)
+            for o2 in range(_U(O2)):
+                q = _U(2) * o2
+                b, t = _take(x[r0 + q], 0, low, 0)
+                b, t = _take(x[r0 + q + _U(1)], 1, b, t)
+                b, t = _take(x[r1 + q], 2, b, t)
+                b, t = _take(x[r1 + q + _U(1)], 3, b, t)
+                y[ys + o2] = b
+                if want_arg:
+                    arg[ys + o2] = t
+
+
 @exact
 def _max_tiles_backward(dy: Any, arg: Any, dx: Any, g: Any) -> None:
     """Each ``dy`` cell to the input cell its window's ``arg`` names; every other cell 0."""
@@ -434,6 +466,8 @@ def max_pool_forward(
     if y.size:
         work = y.size * int(np.prod(geo[6:9]))
         loops = _max_tiles_forward if _tiles(geo) else _max_forward
+        if loops is _max_tiles_forward and geo[6] == 1 and geo[7] == 2 and geo[8] == 2:
+            loops = _max_2x2_forward  # 2x2 at stride 2: the taps written out
         loops(work, _flat(x), y.reshape(-1), arg.reshape(-1), geo, want)
     return y, (arg if want else None)
 
