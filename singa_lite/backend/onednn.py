@@ -388,13 +388,14 @@ class Convolution:
         stride: tuple[int, ...],
         dilation: tuple[int, ...],
         pads: tuple[tuple[int, int], ...],
+        out: tuple[int, ...],
         group: int,
         training: bool,
     ) -> None:
         lib, engine = _lib(), _state["engine"]
         O = w_shape[0]
         self.x_shape, self.w_shape, self.group = x_shape, w_shape, group
-        self.y_shape = (x_shape[0], O, *_out_size(x_shape[2:], w_shape[2:], stride, dilation, pads))
+        self.y_shape = (x_shape[0], O, *out)
         # grouped weights are (g, O/g, C/g, *kernel) to oneDNN; the same bytes as (O, C/g, ...)
         self.w_dnnl = w_shape if group == 1 else (group, O // group, *w_shape[1:])
         self.geometry = (
@@ -471,47 +472,36 @@ class Convolution:
         return dx, dW, db
 
     def _data(self) -> tuple:
+        """(primitive, dy, W, dx layouts) of the backward-data pass, built at its first use."""
         if self._bwd_data is None:
             anyx, anyw, anyy = self._any
-            pd = _P()
-            _check(
-                _state["lib"].dnnl_convolution_backward_data_primitive_desc_create(
-                    ctypes.byref(pd), _state["engine"], _DIRECT, anyx.handle, anyw.handle, anyy.handle,
-                    *self.geometry, self.fwd.pd, None,
-                ),
-                f"convolution backward data for x {self.x_shape}, W {self.w_shape}",
-            )  # fmt: skip
-            prim = _Primitive(pd)
-            p = self.plain
-            self._bwd_data = (
-                prim,
-                _Layout(p["y"], prim.md(_QUERY_DIFF_DST)),
-                _Layout(p["w"], prim.md(_QUERY_WEIGHTS)),
-                _Layout(p["x"], prim.md(_QUERY_DIFF_SRC)),
-            )
+            create = _state["lib"].dnnl_convolution_backward_data_primitive_desc_create
+            descs = (anyx.handle, anyw.handle, anyy.handle)
+            wanted = (("y", _QUERY_DIFF_DST), ("w", _QUERY_WEIGHTS), ("x", _QUERY_DIFF_SRC))
+            self._bwd_data = self._backward(create, descs, "data", wanted)
         return self._bwd_data
 
     def _weights(self) -> tuple:
+        """(primitive, x, dy, dW layouts) of the backward-weights pass, built at its first use."""
         if self._bwd_weights is None:
             anyx, anyw, anyy = self._any
-            pd = _P()
-            _check(
-                _state["lib"].dnnl_convolution_backward_weights_primitive_desc_create(
-                    ctypes.byref(pd), _state["engine"], _DIRECT, anyx.handle, anyw.handle,
-                    self.plain["b"].handle if self.bias else None, anyy.handle,
-                    *self.geometry, self.fwd.pd, None,
-                ),
-                f"convolution backward weights for x {self.x_shape}, W {self.w_shape}",
-            )  # fmt: skip
-            prim = _Primitive(pd)
-            p = self.plain
-            self._bwd_weights = (
-                prim,
-                _Layout(p["x"], prim.md(_QUERY_SRC)),
-                _Layout(p["y"], prim.md(_QUERY_DIFF_DST)),
-                _Layout(p["w"], prim.md(_QUERY_DIFF_WEIGHTS)),
-            )
+            create = _state["lib"].dnnl_convolution_backward_weights_primitive_desc_create
+            bias = self.plain["b"].handle if self.bias else None
+            descs = (anyx.handle, anyw.handle, bias, anyy.handle)
+            wanted = (("x", _QUERY_SRC), ("y", _QUERY_DIFF_DST), ("w", _QUERY_DIFF_WEIGHTS))
+            self._bwd_weights = self._backward(create, descs, "weights", wanted)
         return self._bwd_weights
+
+    def _backward(self, create: Any, descs: tuple, what: str, wanted: tuple) -> tuple:
+        """A backward pass's primitive (``create`` given ``descs``, this geometry and the forward
+        as its hint) and the layouts it chose for the ``wanted`` (tensor, query) pairs."""
+        pd = _P()
+        _check(
+            create(ctypes.byref(pd), _state["engine"], _DIRECT, *descs, *self.geometry, self.fwd.pd, None),
+            f"convolution backward {what} for x {self.x_shape}, W {self.w_shape}",
+        )
+        prim = _Primitive(pd)
+        return (prim, *(_Layout(self.plain[k], prim.md(q)) for k, q in wanted))
 
     def impl(self) -> str:
         """The name of the forward kernel oneDNN chose (``jit:avx512_core``, ``gemm:jit``, ...)."""
@@ -520,15 +510,6 @@ class Convolution:
 
 def _same(a: Any, b: Any) -> bool:
     return bool(_state["lib"].dnnl_memory_desc_equal(a, b))
-
-
-def _out_size(
-    size: Sequence[int], kernel: Sequence[int], stride: Sequence[int], dilation: Sequence[int], pads: Any
-) -> list[int]:
-    return [
-        (m + pb + pe - d * (k - 1) - 1) // s + 1
-        for m, k, s, d, (pb, pe) in zip(size, kernel, stride, dilation, pads)
-    ]
 
 
 _CACHE_SIZE = 256
@@ -542,14 +523,17 @@ def convolution(
     stride: tuple[int, ...],
     dilation: tuple[int, ...],
     pads: tuple[tuple[int, int], ...],
+    out: tuple[int, ...],
     group: int,
     training: bool,
 ) -> Convolution:
     """The :class:`Convolution` of this geometry, built at its first use and kept (the
-    ``_CACHE_SIZE`` most recently used). Raises :class:`OneDnnError` where oneDNN has no kernel."""
+    ``_CACHE_SIZE`` most recently used); ``pads`` are ``(begin, end)`` per spatial axis, ``out``
+    the output's spatial size (``ops.window.out_size``). Raises :class:`OneDnnError` where
+    oneDNN has no kernel."""
     if not available():
         raise OneDnnError(f"oneDNN is not loaded: {why_unavailable()}")
-    key = (x_shape, w_shape, bias, stride, dilation, pads, group, training)
+    key = (x_shape, w_shape, bias, stride, dilation, pads, out, group, training)
     with _lock:
         conv = _cache.get(key)
         if conv is not None:

@@ -36,7 +36,7 @@ class OneDnn(Plan):
         try:
             self.conv = onednn.convolution(
                 x.shape, W.shape, b is not None, self.stride, self.dilation, ((t, bo), (l, r)),
-                self.group, True,  # a training primitive: keeps what a backward needs
+                self.out_hw, self.group, True,  # a training primitive: keeps what a backward needs
             )  # fmt: skip
         except onednn.OneDnnError:
             self.fallback = BlockedGemm(self.xp, self.geo)

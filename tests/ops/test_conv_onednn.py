@@ -154,7 +154,7 @@ def test_a_geometry_onednn_refuses_runs_the_blocked_gemm(monkeypatch: pytest.Mon
 
 @needs_onednn
 def test_convolutions_of_one_geometry_share_their_primitives() -> None:
-    key = ((2, 3, 8, 8), (4, 3, 3, 3), True, (1, 1), (1, 1), ((1, 1), (1, 1)), 1, True)
+    key = ((2, 3, 8, 8), (4, 3, 3, 3), True, (1, 1), (1, 1), ((1, 1), (1, 1)), (8, 8), 1, True)
     first = onednn.convolution(*key)
     assert onednn.convolution(*key) is first
     assert onednn.convolution(*key[:-1], False) is not first  # inference: its own primitive
@@ -207,7 +207,9 @@ def test_without_the_library_convolution_raises_a_typed_error(monkeypatch: pytes
     assert not onednn.available()
     assert "cannot open" in onednn.why_unavailable()
     with pytest.raises(onednn.OneDnnError, match="not loaded"):
-        onednn.convolution((1, 1, 3, 3), (1, 1, 1, 1), False, (1, 1), (1, 1), ((0, 0), (0, 0)), 1, True)
+        onednn.convolution(
+            (1, 1, 3, 3), (1, 1, 1, 1), False, (1, 1), (1, 1), ((0, 0), (0, 0)), (3, 3), 1, True
+        )
 
 
 @pytest.mark.parametrize(

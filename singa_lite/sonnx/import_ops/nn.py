@@ -208,11 +208,11 @@ class PackedConv:
         strategy = conv_select.select(
             2, x.shape, W.shape, group, x.dtype, xp.__name__, grad=False, kernels=depthwise_run, onednn=dnnl
         )
+        out_hw = tuple(window.out_size(x.shape[2:], W.shape[2:], strides, pairs, dilations))
         if strategy == "depthwise_kernel":
-            out_hw = tuple(window.out_size(x.shape[2:], W.shape[2:], strides, pairs, dilations))
             return _Prepared(checks, geometry, out_hw, None)
         if strategy == "onednn":
-            args = (tuple(strides), tuple(dilations), tuple(pairs), group, False)
+            args = (tuple(strides), tuple(dilations), tuple(pairs), out_hw, group, False)
             try:
                 conv = onednn.convolution(x.shape, W.shape, True, *args)
             except onednn.OneDnnError:  # no kernel for this geometry: the NumPy strategies
