@@ -185,6 +185,51 @@ def test_depthwise_bias_and_clamp_equal_the_separate_passes(
 
 
 @st.composite
+def window3x3_cases(draw: st.DrawFn) -> tuple:
+    """3x3 windows without dilation, column stride 1 or 2 (``_forward3x3``'s cases): widths on
+    both sides of its flat-loop threshold, pads wider than the window, odd and even sizes."""
+    stride = draw(st.integers(1, 3)), draw(st.integers(1, 2))
+    pads = tuple(draw(st.integers(0, 3)) for _ in range(4))
+    H = draw(st.integers(max(1, 3 - pads[0] - pads[1]), 9))
+    W = draw(st.integers(max(1, 3 - pads[2] - pads[3]), 60))
+    N, C, m = draw(st.integers(0, 2)), draw(st.integers(1, 3)), draw(st.integers(1, 2))
+    dtype = draw(st.sampled_from([np.float32, np.float64]))
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    x = rng.standard_normal((N, C, H, W)).astype(dtype)
+    if x.size and draw(st.booleans()):
+        x.flat[draw(st.integers(0, x.size - 1))] = np.nan
+    w = rng.standard_normal((C * m, 1, 3, 3)).astype(dtype)
+    b = rng.standard_normal(C * m).astype(dtype)
+    out = tuple((n + p0 + p1 - 3) // s + 1 for n, p0, p1, s in zip((H, W), pads[0::2], pads[1::2], stride))
+    return x, w, b, pads, stride, out
+
+
+@SETTINGS
+@given(
+    window3x3_cases(),
+    st.sampled_from([(-np.inf, np.inf), (0.0, 6.0), (0.0, np.inf)]),
+    st.booleans(),
+)
+def test_depthwise_3x3_loops_equal_the_phase_loops(case: tuple, bounds: tuple, parallel: bool) -> None:
+    """The 3x3 forward (one pass per output row, a NaN kept) gives the general phase loops'
+    bits, with the bias and clamp, on one chunk and on many; and with ``m == 1`` the tap
+    loop's, its bias added and clamped after."""
+    x, w, b, pads, stride, out = case
+    with kernels(True, parallel):
+        y = dw_kernels.depthwise_forward(x, w, stride, (1, 1), pads, out, b, bounds)
+        general = np.empty_like(y)
+        if y.size:
+            lohi = np.array(bounds, np.float64)
+            geo = dw_kernels._geometry(stride, (1, 1), pads)
+            chunks = min(x.shape[0] * x.shape[1], 7 if parallel else 1)
+            dw_kernels._forward(y.size * 9, x, w, general, geo, w.shape[0] // x.shape[1], b, lohi, chunks)
+    np.testing.assert_array_equal(y, general)
+    if w.shape[0] == x.shape[1]:
+        ref = ref_depthwise(x, w, np.zeros_like(y), pads, stride, (1, 1))[0] + b.reshape(1, -1, 1, 1)
+        np.testing.assert_array_equal(y, np.clip(ref, *(x.dtype.type(v) for v in bounds)))
+
+
+@st.composite
 def same_width_cases(draw: st.DrawFn) -> tuple:
     """Stride 1 with the columns padded to keep the width: the kernels' flat planes, whose
     taps off a row's ends read the zeros the rows are copied with."""

@@ -166,7 +166,7 @@ class Kernel:
             return self.form(True)(*args)
 
     def __call__(self, work: int, *args: Any) -> Any:
-        parallel = work >= PARALLEL_MIN and threads.count() > 1
+        parallel = runs_parallel(work)
         try:
             return self._run(parallel, args)
         except Exception as e:
@@ -185,6 +185,11 @@ class Kernel:
                 stacklevel=2,
             )
             return self._run(parallel, args)
+
+
+def runs_parallel(work: int) -> bool:
+    """Whether a :class:`Kernel` called with ``work`` runs its parallel form."""
+    return work >= PARALLEL_MIN and threads.count() > 1
 
 
 def kernel(fn: Callable) -> Kernel:

@@ -33,11 +33,15 @@ from typing import Any
 import numpy as np
 from numba import prange
 
+from singa_lite.backend.cpu_kernels import _jit
 from singa_lite.backend.cpu_kernels._jit import exact, helper
+from singa_lite.backend.cpu_kernels._math import like
 
 _U = np.uint64
 _CHUNKS = 64
-"""The forward's planes go to the threads in this many chunks, each with its own buffers."""
+"""The forward's planes go to the threads in up to this many chunks, each with its own buffers
+(one chunk when the loop runs serial: a plane buffer made and zeroed per plane cost the 3x3
+loops a third of their time)."""
 
 
 # The loops index flat arrays with uint64 offsets: Numba wraps a signed index that may be
@@ -212,7 +216,7 @@ def _from_phases(
 
 
 @exact
-def _forward(x: Any, w: Any, y: Any, geo: Any, m: int, bias: Any, bounds: Any) -> None:
+def _forward(x: Any, w: Any, y: Any, geo: Any, m: int, bias: Any, bounds: Any, chunks: int) -> None:
     sh, sw = geo[0], geo[1]
     N, O, Ho, Wo = y.shape
     C, H, W = x.shape[1], x.shape[2], x.shape[3]
@@ -225,9 +229,9 @@ def _forward(x: Any, w: Any, y: Any, geo: Any, m: int, bias: Any, bounds: Any) -
         taps[t] = t
     # The input planes go to the threads in chunks, each with its own buffers; a plane's
     # phases are made once for its m output channels.
-    lo, hi, clamp = bounds[0], bounds[1], bounds[0] > -np.inf or bounds[1] < np.inf
+    lo, hi = like(x, bounds[0]), like(x, bounds[1])  # compared in x's dtype, not float64
+    clamp = bounds[0] > -np.inf or bounds[1] < np.inf
     planes = N * C
-    chunks = min(planes, _CHUNKS)
     for chunk in prange(chunks):
         phases = np.zeros(sh * sw * span, x.dtype)
         ybuf = np.empty(Ho * Wb, x.dtype)
@@ -238,6 +242,191 @@ def _forward(x: Any, w: Any, y: Any, geo: Any, m: int, bias: Any, bounds: Any) -
                 o = c * m + k
                 _tap_pass(ybuf, _U(0), _U(Ho * Wb), phases, offs, taps, 0, kh * kw, wf, o * kh * kw, True)
                 _rows_out(yf, (n * O + o) * Ho * Wo, Wo, ybuf, Wb, Ho, bias[o], lo, hi, clamp)
+
+
+# -- 3x3 windows ---------------------------------------------------------------------------------
+# The common depthwise conv (MobileNets, ShuffleNets, EfficientNets: 3x3, no dilation, column
+# stride 1 or 2) in one pass per output row instead of three tap passes over a plane buffer and
+# a copy out: each plane is copied once into a zero-padded buffer and every output cell sums its
+# nine taps in (i, j) order in a register, adds the bias and clamps on its way out. With a
+# column stride of 2 each buffer row is split into its even and odd columns (``We`` cells each,
+# the odd ones after the even), so that a tap's cells are one contiguous run; the split is one
+# loop writing both halves (a loop writing one half of a strided read compiles to gathers, 4x
+# slower). Stride-1 planes with rows shorter than ``_FLAT_ROW`` run as one loop over the whole
+# buffer (rows of ``Wo + 2`` cells, two of them past the output dropped on the way out): rows
+# that short leave the per-row loops in their scalar remainders. The same sums, in the same
+# order, as the phase loops: the two give the same bits.
+_FLAT_ROW = 24
+"""Output rows (stride 1) shorter than this run the 3x3 forward's flat loop over the plane."""
+
+
+@helper
+def _split_row(ev: Any, od: Any, d: Any, xf: Any, src: Any, W: int, pl: int, We: int) -> None:
+    """Input row ``xf[src : src + W]``, shifted right by ``pl`` zero cells, as its even columns
+    into ``ev`` and its odd ones into ``od``, both from ``d``; cells past ``We`` dropped."""
+    # input cell w goes to padded column w + pl: cells 2k to one half, cells 2k + 1 to the other
+    first, second = (od, ev) if pl % 2 else (ev, od)
+    a, b = _U(d + pl // 2), _U(d + (pl + 1) // 2)
+    na = max(0, min((W + 1) // 2, We - pl // 2))
+    nb = max(0, min(W // 2, We - (pl + 1) // 2))
+    for k in range(_U(nb)):  # nb <= na: the odd cells never outnumber the even ones
+        first[a + k] = xf[src + _U(2) * k]
+        second[b + k] = xf[src + _U(2) * k + _U(1)]
+    for k in range(_U(nb), _U(na)):
+        first[a + k] = xf[src + _U(2) * k]
+
+
+# Both loops take the nine weights as scalars and keep the offsets within a row constant, so
+# that LLVM checks one overlap per buffer row, not one per tap: it gives up on vectorising a
+# loop that needs more than eight checks.
+@helper
+def _row3(
+    yf: Any,
+    out: Any,
+    n: int,
+    buf: Any,
+    a0: Any,
+    a1: Any,
+    a2: Any,
+    w0: Any,
+    w1: Any,
+    w2: Any,
+    w3: Any,
+    w4: Any,
+    w5: Any,
+    w6: Any,
+    w7: Any,
+    w8: Any,
+    bias: Any,
+    lo: Any,
+    hi: Any,
+) -> None:
+    """One output row of a 3x3 window at column stride 1: ``n`` cells whose window rows are
+    cells ``q, q + 1, q + 2`` of ``buf``'s rows at ``a0, a1, a2``, the taps summed in order,
+    plus ``bias``, clamped to ``[lo, hi]``, into ``yf`` from ``out``."""
+    z = like(buf[0], 0.0)
+    for q in range(_U(n)):
+        s = z + buf[a0 + q] * w0
+        s = s + buf[a0 + q + _U(1)] * w1
+        s = s + buf[a0 + q + _U(2)] * w2
+        s = s + buf[a1 + q] * w3
+        s = s + buf[a1 + q + _U(1)] * w4
+        s = s + buf[a1 + q + _U(2)] * w5
+        s = s + buf[a2 + q] * w6
+        s = s + buf[a2 + q + _U(1)] * w7
+        s = s + buf[a2 + q + _U(2)] * w8 + bias
+        s = lo if s < lo else s
+        yf[out + q] = hi if s > hi else s
+
+
+@helper
+def _row3_split(
+    yf: Any,
+    out: Any,
+    n: int,
+    ev: Any,
+    od: Any,
+    a0: Any,
+    a1: Any,
+    a2: Any,
+    w0: Any,
+    w1: Any,
+    w2: Any,
+    w3: Any,
+    w4: Any,
+    w5: Any,
+    w6: Any,
+    w7: Any,
+    w8: Any,
+    bias: Any,
+    lo: Any,
+    hi: Any,
+) -> None:
+    """:func:`_row3` at column stride 2: a window row is even cell ``q`` (in ``ev``), odd cell
+    ``q`` (in ``od``) and even cell ``q + 1`` of its padded row."""
+    z = like(ev[0], 0.0)
+    for q in range(_U(n)):
+        s = z + ev[a0 + q] * w0
+        s = s + od[a0 + q] * w1
+        s = s + ev[a0 + q + _U(1)] * w2
+        s = s + ev[a1 + q] * w3
+        s = s + od[a1 + q] * w4
+        s = s + ev[a1 + q + _U(1)] * w5
+        s = s + ev[a2 + q] * w6
+        s = s + od[a2 + q] * w7
+        s = s + ev[a2 + q + _U(1)] * w8 + bias
+        s = lo if s < lo else s
+        yf[out + q] = hi if s > hi else s
+
+
+@exact
+def _forward3x3(x: Any, w: Any, y: Any, geo: Any, m: int, bias: Any, bounds: Any, chunks: int) -> None:
+    sh, sw, pt, pl = geo[0], geo[1], geo[4], geo[5]
+    N, O, Ho, Wo = y.shape
+    C, H, W = x.shape[1], x.shape[2], x.shape[3]
+    xf, yf, wf = x.reshape(-1), y.reshape(-1), w.reshape(-1)
+    Hp = (Ho - 1) * sh + 3  # the buffer's rows: those the windows reach
+    split = sw == 2
+    rs = Wo + 1 if split else Wo + 2  # cells per buffer row (stride 2: per half)
+    flat = sh == 1 and sw == 1 and Wo < _FLAT_ROW
+    z = like(x, 0.0)
+    lo, hi = like(z, bounds[0]), like(z, bounds[1])  # compared in x's dtype, not float64
+    planes = N * C
+    for chunk in prange(chunks):
+        # the padded plane; with a column stride of 2 its even columns here, the odd ones in
+        # od (two arrays: a split into one array ran at a third of the speed, LLVM not
+        # vectorising two streams of stores it cannot tell apart)
+        buf = np.zeros(Hp * rs + 2, x.dtype)  # + 2: the flat loop's last lanes read past it
+        od = np.zeros(Hp * rs if split else 0, x.dtype)
+        ybuf = np.empty(Ho * rs if flat else 0, x.dtype)
+        for p in range(chunk * planes // chunks, (chunk + 1) * planes // chunks):
+            n, c = p // C, p % C
+            for h in range(max(0, -pt), min(H, Hp - pt)):
+                src, d = _U((p * H + h) * W), _U((h + pt) * rs)
+                if split:
+                    _split_row(buf, od, d, xf, src, W, pl, rs)
+                elif pl < rs:
+                    _rows_into(buf, d + _U(pl), rs - pl, xf, src, W, 1)
+            for k in range(m):
+                o = c * m + k
+                t = o * 9
+                w0, w1, w2, w3, w4 = wf[t], wf[t + 1], wf[t + 2], wf[t + 3], wf[t + 4]
+                w5, w6, w7, w8 = wf[t + 5], wf[t + 6], wf[t + 7], wf[t + 8]
+                b = bias[o]
+                yb = (n * O + o) * Ho * Wo
+                if flat:  # the whole plane as one row, the cells past each output row dropped
+                    _row3(
+                        ybuf,
+                        _U(0),
+                        Ho * rs,
+                        buf,
+                        _U(0),
+                        _U(rs),
+                        _U(2 * rs),
+                        w0,
+                        w1,
+                        w2,
+                        w3,
+                        w4,
+                        w5,
+                        w6,
+                        w7,
+                        w8,
+                        b,
+                        lo,
+                        hi,
+                    )
+                    _rows_into(yf, yb, Wo, ybuf, 0, rs, Ho)
+                    continue
+                for r in range(Ho):
+                    a0 = _U(r * sh * rs)
+                    a1, a2, out = a0 + _U(rs), a0 + _U(2 * rs), _U(yb + r * Wo)
+                    if split:
+                        _row3_split(
+                            yf, out, Wo, buf, od, a0, a1, a2, w0, w1, w2, w3, w4, w5, w6, w7, w8, b, lo, hi
+                        )
+                    else:
+                        _row3(yf, out, Wo, buf, a0, a1, a2, w0, w1, w2, w3, w4, w5, w6, w7, w8, b, lo, hi)
 
 
 @exact
@@ -333,7 +522,12 @@ def depthwise_forward(
     lohi = np.array((-np.inf, np.inf) if bounds is None else [x.dtype.type(v) for v in bounds], np.float64)
     y = np.empty((N, O, *out_hw), x.dtype)
     if y.size:
-        _forward(y.size * kh * kw, x, w, y, _geometry(stride, dilation, pads), O // C, b, lohi)
+        three = kh == kw == 3 and tuple(dilation) == (1, 1) and stride[1] in (1, 2)
+        run = _forward3x3 if three else _forward
+        work = y.size * kh * kw
+        # one chunk, so one set of buffers, unless the loop runs on the threads
+        chunks = min(N * C, _CHUNKS) if _jit.runs_parallel(work) else 1
+        run(work, x, w, y, _geometry(stride, dilation, pads), O // C, b, lohi, chunks)
     return y
 
 

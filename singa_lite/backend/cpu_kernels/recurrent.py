@@ -20,8 +20,7 @@ from typing import Any
 import numpy as np
 from numba import prange
 
-from singa_lite.backend.cpu_kernels import threads
-from singa_lite.backend.cpu_kernels._jit import PARALLEL_MIN, Kernel, kernel
+from singa_lite.backend.cpu_kernels._jit import Kernel, kernel, runs_parallel
 from singa_lite.backend.cpu_kernels._math import like, tanh
 
 
@@ -81,7 +80,7 @@ def _stepper(k: Kernel, work: int, args: tuple) -> Callable[..., None]:
     call for the next steps: the serial dispatcher itself, so that a step costs the dispatch
     alone, or ``k`` through ``Kernel`` for the parallel form (which takes a lock)."""
     k(work, *args)
-    if work >= PARALLEL_MIN and threads.count() > 1:
+    if runs_parallel(work):
         return lambda *a: k(work, *a)
     return k.form(False)
 
