@@ -226,6 +226,45 @@ def test_bias_clamp_in_place(data: Any, dtype: Any, shape: tuple, bounds: Any, p
 
 
 @SETTINGS
+@given(st.data(), dtypes, shapes, st.booleans(), st.booleans())
+def test_relu_is_numpys_maximum(data: Any, dtype: Any, shape: tuple, strided: bool, parallel: bool) -> None:
+    """The ReLU forward's kernel: ``np.maximum(x, 0)``'s bits (-0.0 made +0.0, NaN and inf
+    kept) in a new C-contiguous array, from a strided input too; the input untouched."""
+    x = data.draw(arrays(shape, dtype, strided))
+    if x.size:  # through indices: x may be a strided view
+        x[np.unravel_index(np.arange(0, x.size, 7), x.shape)] = -0.0
+        x[(0,) * x.ndim] = np.nan
+    before = x.copy()
+    ref = np.maximum(x, 0)
+    with kernels(True, parallel):
+        y = cpu_kernels.activation.relu(x)
+    assert y.dtype == ref.dtype and y.flags.c_contiguous
+    np.testing.assert_array_equal(y.view(f"u{y.itemsize}"), ref.view(f"u{y.itemsize}"))
+    np.testing.assert_array_equal(x, before)
+
+
+@SETTINGS
+@given(st.data(), dtypes, shapes, st.sampled_from([(0.0, 6.0), (0.0, math.inf), (-1.0, 0.5)]), st.booleans())
+def test_clamp_in_place_is_numpys_maximum_or_clip(
+    data: Any, dtype: Any, shape: tuple, bounds: tuple, parallel: bool
+) -> None:
+    """The conv epilogue's clamp and the ONNX in-place Relu: ``np.maximum`` (an infinite upper
+    bound) or ``np.clip``, the same bits, a negative zero (which the maximum makes +0.0 and
+    the clip keeps), NaN and inf included."""
+    y = data.draw(arrays(shape, dtype))
+    y.reshape(-1)[::7] = -0.0
+    y.reshape(-1)[3::9] = np.nan
+    y.reshape(-1)[5::11] = -np.inf
+    y.reshape(-1)[6::13] = np.inf
+    lo, hi = (dtype(v) for v in bounds)
+    ref = np.maximum(y, lo) if bounds[1] == math.inf else np.clip(y, lo, hi)
+    with kernels(True, parallel):
+        cpu_kernels.activation.clamp_(y, *bounds)
+    assert y.dtype == ref.dtype
+    np.testing.assert_array_equal(y.view(f"u{y.itemsize}"), ref.view(f"u{y.itemsize}"))
+
+
+@SETTINGS
 @given(st.data(), dtypes, st.integers(1, 12), st.integers(1, 12), SIDES, SIDES, BOUNDS)
 def test_one_image_pointwise_conv(data: Any, dtype: Any, C: int, O: int, H: int, W: int, bounds: Any) -> None:
     """A batch-1 1x1 conv through ``conv2d_one_image`` (sonnx's packed conv), bias and clamp

@@ -117,7 +117,9 @@ def clamp_(xp: Any, y: Any, bounds: tuple[float, float] | None) -> Any:
     """``y`` clamped in place to ``bounds = (lo, hi)`` (``hi`` may be inf), if given."""
     if bounds is not None:
         lo, hi = bounds
-        if hi == math.inf:
+        if y.flags.c_contiguous and cpu_kernels.usable(xp, y):
+            cpu_kernels.activation.clamp_(y, lo, hi)
+        elif hi == math.inf:
             xp.maximum(y, y.dtype.type(lo), out=y)
         else:
             xp.clip(y, y.dtype.type(lo), y.dtype.type(hi), out=y)

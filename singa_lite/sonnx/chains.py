@@ -7,6 +7,7 @@ over; with the readers map both kinds of pass use.
 from __future__ import annotations
 
 import copy
+import math
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -53,7 +54,10 @@ class _InPlaceHandler:
             return self.fn(node, *args)
         xp = x.device.xp
         if self.op == "Relu":
-            xp.maximum(a, 0, out=a)
+            if a.flags.c_contiguous and cpu_kernels.usable(xp, a):  # 2-6x NumPy's maximum in cache
+                cpu_kernels.activation.clamp_(a, 0.0, math.inf)
+            else:
+                xp.maximum(a, 0, out=a)
             return x
         other = args[1 - self.slot]
         if other.shape != x.shape or other.dtype != x.dtype:  # broadcasting would change the shape

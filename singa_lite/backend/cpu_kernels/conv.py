@@ -36,6 +36,7 @@ from numba import prange
 from singa_lite.backend.cpu_kernels import _jit
 from singa_lite.backend.cpu_kernels._jit import exact, helper
 from singa_lite.backend.cpu_kernels._math import like
+from singa_lite.backend.cpu_kernels._planes import fill, rows_into
 
 _U = np.uint64
 _CHUNKS = 64
@@ -99,17 +100,6 @@ def _tap_pass(
     while k < end:
         _axpy(yf, yb, xf, _U(offs[k]), wf[_U(wb + taps[k])], n)
         k += 1
-
-
-@helper
-def _rows_into(dst: Any, d0: int, dstride: int, src: Any, s0: int, sstride: int, rows: int) -> None:
-    """Copy ``rows`` rows of ``min(dstride, sstride)`` cells from ``src`` (rows ``sstride``
-    apart from ``s0``) into ``dst`` (rows ``dstride`` apart from ``d0``)."""
-    n = _U(min(dstride, sstride))
-    for r in range(rows):
-        a, b = _U(d0 + r * dstride), _U(s0 + r * sstride)
-        for t in range(n):
-            dst[a + t] = src[b + t]
 
 
 @helper
@@ -247,33 +237,15 @@ def _forward(x: Any, w: Any, y: Any, geo: Any, m: int, bias: Any, bounds: Any, c
 # -- 3x3 windows ---------------------------------------------------------------------------------
 # The common depthwise conv (MobileNets, ShuffleNets, EfficientNets: 3x3, no dilation, column
 # stride 1 or 2) in one pass per output row instead of three tap passes over a plane buffer and
-# a copy out: each plane is copied once into a zero-padded buffer and every output cell sums its
-# nine taps in (i, j) order in a register, adds the bias and clamps on its way out. With a
-# column stride of 2 each buffer row is split into its even and odd columns (``We`` cells each,
-# the odd ones after the even), so that a tap's cells are one contiguous run; the split is one
-# loop writing both halves (a loop writing one half of a strided read compiles to gathers, 4x
-# slower). Stride-1 planes with rows shorter than ``_FLAT_ROW`` run as one loop over the whole
-# buffer (rows of ``Wo + 2`` cells, two of them past the output dropped on the way out): rows
-# that short leave the per-row loops in their scalar remainders. The same sums, in the same
-# order, as the phase loops: the two give the same bits.
+# a copy out: each plane is copied once into a zero-padded buffer (``_planes.fill``: at column
+# stride 2 split into even and odd columns) and every output cell sums its nine taps in (i, j)
+# order in a register, adds the bias and clamps on its way out. Stride-1 planes with rows
+# shorter than ``_FLAT_ROW`` run as one loop over the whole buffer (rows of ``Wo + 2`` cells,
+# the two past the output dropped on the way out): rows that short leave the per-row loops in
+# their scalar remainders. The same sums, in the same order, as the phase loops: the two give
+# the same bits.
 _FLAT_ROW = 24
 """Output rows (stride 1) shorter than this run the 3x3 forward's flat loop over the plane."""
-
-
-@helper
-def _split_row(ev: Any, od: Any, d: Any, xf: Any, src: Any, W: int, pl: int, We: int) -> None:
-    """Input row ``xf[src : src + W]``, shifted right by ``pl`` zero cells, as its even columns
-    into ``ev`` and its odd ones into ``od``, both from ``d``; cells past ``We`` dropped."""
-    # input cell w goes to padded column w + pl: cells 2k to one half, cells 2k + 1 to the other
-    first, second = (od, ev) if pl % 2 else (ev, od)
-    a, b = _U(d + pl // 2), _U(d + (pl + 1) // 2)
-    na = max(0, min((W + 1) // 2, We - pl // 2))
-    nb = max(0, min(W // 2, We - (pl + 1) // 2))
-    for k in range(_U(nb)):  # nb <= na: the odd cells never outnumber the even ones
-        first[a + k] = xf[src + _U(2) * k]
-        second[b + k] = xf[src + _U(2) * k + _U(1)]
-    for k in range(_U(nb), _U(na)):
-        first[a + k] = xf[src + _U(2) * k]
 
 
 # Both loops take the nine weights as scalars and keep the offsets within a row constant, so
@@ -381,12 +353,7 @@ def _forward3x3(x: Any, w: Any, y: Any, geo: Any, m: int, bias: Any, bounds: Any
         ybuf = np.empty(Ho * rs if flat else 0, x.dtype)
         for p in range(chunk * planes // chunks, (chunk + 1) * planes // chunks):
             n, c = p // C, p % C
-            for h in range(max(0, -pt), min(H, Hp - pt)):
-                src, d = _U((p * H + h) * W), _U((h + pt) * rs)
-                if split:
-                    _split_row(buf, od, d, xf, src, W, pl, rs)
-                elif pl < rs:
-                    _rows_into(buf, d + _U(pl), rs - pl, xf, src, W, 1)
+            fill(buf, od, xf, p * H * W, H, W, pt, pl, Hp, rs)
             for k in range(m):
                 o = c * m + k
                 t = o * 9
@@ -416,7 +383,7 @@ def _forward3x3(x: Any, w: Any, y: Any, geo: Any, m: int, bias: Any, bounds: Any
                         lo,
                         hi,
                     )
-                    _rows_into(yf, yb, Wo, ybuf, 0, rs, Ho)
+                    rows_into(yf, yb, Wo, ybuf, 0, rs, Ho)
                     continue
                 for r in range(Ho):
                     a0 = _U(r * sh * rs)
@@ -470,7 +437,7 @@ def _backward(
                 _phase_planes(phases, xf, xb, H, W, sh, sw, oa_lo, ob_lo, Hb, Wb, span)
             for k in range(m):
                 o = c * m + k
-                _rows_into(gp, g0, Wb, gf, (n * C * m + o) * Ho * Wo, Wo, Ho)
+                rows_into(gp, g0, Wb, gf, (n * C * m + o) * Ho * Wo, Wo, Ho)
                 if need_dw:
                     # tap t of output cell v reads phase cell v + cell[t]: one loop per tap
                     # over all the lanes (those past Wo add zero products)
