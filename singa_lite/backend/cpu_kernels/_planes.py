@@ -1,8 +1,9 @@
-"""Padded copies of one input plane, for the loops that visit 3x3 windows a row at a time.
+"""Padded copies of one input plane, for the loops that visit 3x3 windows a row at a time
+(``conv._forward3x3``).
 
 A window loop that reads its taps straight from an NCHW plane must test every tap against the
 plane's edges; these helpers copy a plane once into a buffer that already holds the padding
-(zeros for a convolution, -inf for a max pool), so that the loops run without a branch. With a
+(zeros for a convolution), so that the loops run without a branch. With a
 column stride of 2 each padded row is split into its even and odd columns, kept in two arrays:
 the taps of a window row are then even cell ``q``, odd cell ``q`` and even cell ``q + 1``, three
 contiguous runs, where a stride-2 read compiles to gathers. The split writes both arrays in one

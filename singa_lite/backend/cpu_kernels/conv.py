@@ -260,22 +260,15 @@ def _row3(
     a0: Any,
     a1: Any,
     a2: Any,
-    w0: Any,
-    w1: Any,
-    w2: Any,
-    w3: Any,
-    w4: Any,
-    w5: Any,
-    w6: Any,
-    w7: Any,
-    w8: Any,
+    ws: Any,
     bias: Any,
     lo: Any,
     hi: Any,
 ) -> None:
     """One output row of a 3x3 window at column stride 1: ``n`` cells whose window rows are
     cells ``q, q + 1, q + 2`` of ``buf``'s rows at ``a0, a1, a2``, the taps summed in order,
-    plus ``bias``, clamped to ``[lo, hi]``, into ``yf`` from ``out``."""
+    plus ``bias``, clamped to ``[lo, hi]``, into ``yf`` from ``out``; ``ws`` the nine weights."""
+    w0, w1, w2, w3, w4, w5, w6, w7, w8 = ws
     z = like(buf[0], 0.0)
     for q in range(_U(n)):
         s = z + buf[a0 + q] * w0
@@ -301,21 +294,14 @@ def _row3_split(
     a0: Any,
     a1: Any,
     a2: Any,
-    w0: Any,
-    w1: Any,
-    w2: Any,
-    w3: Any,
-    w4: Any,
-    w5: Any,
-    w6: Any,
-    w7: Any,
-    w8: Any,
+    ws: Any,
     bias: Any,
     lo: Any,
     hi: Any,
 ) -> None:
     """:func:`_row3` at column stride 2: a window row is even cell ``q`` (in ``ev``), odd cell
     ``q`` (in ``od``) and even cell ``q + 1`` of its padded row."""
+    w0, w1, w2, w3, w4, w5, w6, w7, w8 = ws
     z = like(ev[0], 0.0)
     for q in range(_U(n)):
         s = z + ev[a0 + q] * w0
@@ -345,9 +331,7 @@ def _forward3x3(x: Any, w: Any, y: Any, geo: Any, m: int, bias: Any, bounds: Any
     lo, hi = like(z, bounds[0]), like(z, bounds[1])  # compared in x's dtype, not float64
     planes = N * C
     for chunk in prange(chunks):
-        # the padded plane; with a column stride of 2 its even columns here, the odd ones in
-        # od (two arrays: a split into one array ran at a third of the speed, LLVM not
-        # vectorising two streams of stores it cannot tell apart)
+        # the padded plane (at column stride 2 its even columns; the odd ones in od)
         buf = np.zeros(Hp * rs + 2, x.dtype)  # + 2: the flat loop's last lanes read past it
         od = np.zeros(Hp * rs if split else 0, x.dtype)
         ybuf = np.empty(Ho * rs if flat else 0, x.dtype)
@@ -358,42 +342,20 @@ def _forward3x3(x: Any, w: Any, y: Any, geo: Any, m: int, bias: Any, bounds: Any
                 o = c * m + k
                 t = o * 9
                 w0, w1, w2, w3, w4 = wf[t], wf[t + 1], wf[t + 2], wf[t + 3], wf[t + 4]
-                w5, w6, w7, w8 = wf[t + 5], wf[t + 6], wf[t + 7], wf[t + 8]
+                ws = (w0, w1, w2, w3, w4, wf[t + 5], wf[t + 6], wf[t + 7], wf[t + 8])
                 b = bias[o]
                 yb = (n * O + o) * Ho * Wo
                 if flat:  # the whole plane as one row, the cells past each output row dropped
-                    _row3(
-                        ybuf,
-                        _U(0),
-                        Ho * rs,
-                        buf,
-                        _U(0),
-                        _U(rs),
-                        _U(2 * rs),
-                        w0,
-                        w1,
-                        w2,
-                        w3,
-                        w4,
-                        w5,
-                        w6,
-                        w7,
-                        w8,
-                        b,
-                        lo,
-                        hi,
-                    )
+                    _row3(ybuf, _U(0), Ho * rs, buf, _U(0), _U(rs), _U(2 * rs), ws, b, lo, hi)
                     rows_into(yf, yb, Wo, ybuf, 0, rs, Ho)
                     continue
                 for r in range(Ho):
                     a0 = _U(r * sh * rs)
                     a1, a2, out = a0 + _U(rs), a0 + _U(2 * rs), _U(yb + r * Wo)
                     if split:
-                        _row3_split(
-                            yf, out, Wo, buf, od, a0, a1, a2, w0, w1, w2, w3, w4, w5, w6, w7, w8, b, lo, hi
-                        )
+                        _row3_split(yf, out, Wo, buf, od, a0, a1, a2, ws, b, lo, hi)
                     else:
-                        _row3(yf, out, Wo, buf, a0, a1, a2, w0, w1, w2, w3, w4, w5, w6, w7, w8, b, lo, hi)
+                        _row3(yf, out, Wo, buf, a0, a1, a2, ws, b, lo, hi)
 
 
 @exact
