@@ -41,8 +41,8 @@ from singa_lite.backend.cpu_kernels._planes import fill, rows_into
 _U = np.uint64
 _CHUNKS = 64
 """The forward's planes go to the threads in up to this many chunks, each with its own buffers
-(one chunk when the loop runs serial: a plane buffer made and zeroed per plane cost the 3x3
-loops a third of their time)."""
+(one chunk when the loop runs serial: with 64, every plane of a layer of up to 64 channels got
+buffers allocated and zeroed for it alone)."""
 
 
 # The loops index flat arrays with uint64 offsets: Numba wraps a signed index that may be
