@@ -408,8 +408,8 @@ def main() -> None:
         if reference is not None:
             variants["torch"] = reference
         # on a GPU no BLAS pool spins between steps: no pause
-        steps, rounds = stretches(variants["eager"], args.steps, args.rounds, args.min_seconds)
-        seconds = interleaved_seconds(variants, steps, rounds, 0.0 if gpu else SETTLE)
+        steps = steps_for(variants["eager"], args.steps, args.min_seconds)
+        seconds = interleaved_seconds(variants, steps, args.rounds, 0.0 if gpu else SETTLE)
         times = {k: [t * 1e3 for t in v] for k, v in seconds.items()}
         eager, graph = time_steps_summary(times["eager"]), time_steps_summary(times["graph"])
         torch_s = time_steps_summary(times["torch"]) if "torch" in times else None
@@ -434,15 +434,13 @@ def set_threads(n: int) -> None:
     cpu_threads.set_num_threads(n)
 
 
-def stretches(step: Callable[[], None], steps: int, rounds: int, min_seconds: float) -> tuple[int, int]:
-    """``(steps, rounds)``: the ones asked for, or, where ``steps`` of ``step`` (timed once)
-    take less than ``min_seconds``, enough steps for that in at least as many rounds."""
+def steps_for(step: Callable[[], None], steps: int, min_seconds: float) -> int:
+    """``steps``, or more where ``steps`` of ``step`` (timed once) take less than
+    ``min_seconds``: as many as take that long."""
     t0 = time.perf_counter()
     step()
     one = time.perf_counter() - t0
-    if one * steps >= min_seconds:
-        return steps, rounds
-    return math.ceil(min_seconds / max(one, 1e-6)), rounds
+    return steps if one * steps >= min_seconds else math.ceil(min_seconds / max(one, 1e-6))
 
 
 def time_steps_summary(times: list[float]) -> tuple[float, float]:
