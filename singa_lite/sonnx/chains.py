@@ -15,7 +15,7 @@ import numpy as np
 
 from singa_lite import backend, ops
 from singa_lite.backend import cpu_kernels
-from singa_lite.ops import activation
+from singa_lite.ops import activation, conv_infer
 from singa_lite.sonnx.import_ops import HANDLERS
 from singa_lite.sonnx.import_ops.base import Node
 from singa_lite.tensor import Tensor
@@ -54,10 +54,7 @@ class _InPlaceHandler:
             return self.fn(node, *args)
         xp = x.device.xp
         if self.op == "Relu":
-            if a.flags.c_contiguous and cpu_kernels.usable(xp, a):  # 2-6x NumPy's maximum in cache
-                cpu_kernels.activation.clamp_(a, 0.0, math.inf)
-            else:
-                xp.maximum(a, 0, out=a)
+            conv_infer.clamp_(xp, a, (0.0, math.inf))  # compiled where it takes a: 2-6x NumPy's
             return x
         other = args[1 - self.slot]
         if other.shape != x.shape or other.dtype != x.dtype:  # broadcasting would change the shape

@@ -103,6 +103,20 @@ def _tap_pass(
 
 
 @helper
+def _window_row(s: Any, a: Any, i: Any, b: Any, j: Any, c: Any, k: Any, wa: Any, wb: Any, wc: Any) -> Any:
+    """``s`` plus one window row's three taps, ``a[i] * wa``, ``b[j] * wb``, ``c[k] * wc``,
+    added in that order."""
+    return s + a[i] * wa + b[j] * wb + c[k] * wc
+
+
+@helper
+def _clamp(v: Any, lo: Any, hi: Any) -> Any:
+    """``v`` clamped to ``[lo, hi]`` as ``np.clip`` does it (a NaN stays NaN)."""
+    v = lo if v < lo else v
+    return hi if v > hi else v
+
+
+@helper
 def _rows_out(
     dst: Any, d0: int, wo: int, src: Any, wb: int, rows: int, b: Any, lo: Any, hi: Any, clamp: bool
 ) -> None:
@@ -113,9 +127,7 @@ def _rows_out(
         a, c = _U(d0 + r * wo), _U(r * wb)
         if clamp:
             for t in range(_U(wo)):
-                v = src[c + t] + b
-                v = lo if v < lo else v
-                dst[a + t] = hi if v > hi else v
+                dst[a + t] = _clamp(src[c + t] + b, lo, hi)
         else:
             for t in range(_U(wo)):
                 dst[a + t] = src[c + t] + b
@@ -269,19 +281,12 @@ def _row3(
     cells ``q, q + 1, q + 2`` of ``buf``'s rows at ``a0, a1, a2``, the taps summed in order,
     plus ``bias``, clamped to ``[lo, hi]``, into ``yf`` from ``out``; ``ws`` the nine weights."""
     w0, w1, w2, w3, w4, w5, w6, w7, w8 = ws
-    z = like(buf[0], 0.0)
+    z, one, two = like(buf[0], 0.0), _U(1), _U(2)
     for q in range(_U(n)):
-        s = z + buf[a0 + q] * w0
-        s = s + buf[a0 + q + _U(1)] * w1
-        s = s + buf[a0 + q + _U(2)] * w2
-        s = s + buf[a1 + q] * w3
-        s = s + buf[a1 + q + _U(1)] * w4
-        s = s + buf[a1 + q + _U(2)] * w5
-        s = s + buf[a2 + q] * w6
-        s = s + buf[a2 + q + _U(1)] * w7
-        s = s + buf[a2 + q + _U(2)] * w8 + bias
-        s = lo if s < lo else s
-        yf[out + q] = hi if s > hi else s
+        s = _window_row(z, buf, a0 + q, buf, a0 + q + one, buf, a0 + q + two, w0, w1, w2)
+        s = _window_row(s, buf, a1 + q, buf, a1 + q + one, buf, a1 + q + two, w3, w4, w5)
+        s = _window_row(s, buf, a2 + q, buf, a2 + q + one, buf, a2 + q + two, w6, w7, w8)
+        yf[out + q] = _clamp(s + bias, lo, hi)
 
 
 @helper
@@ -302,19 +307,12 @@ def _row3_split(
     """:func:`_row3` at column stride 2: a window row is even cell ``q`` (in ``ev``), odd cell
     ``q`` (in ``od``) and even cell ``q + 1`` of its padded row."""
     w0, w1, w2, w3, w4, w5, w6, w7, w8 = ws
-    z = like(ev[0], 0.0)
+    z, one = like(ev[0], 0.0), _U(1)
     for q in range(_U(n)):
-        s = z + ev[a0 + q] * w0
-        s = s + od[a0 + q] * w1
-        s = s + ev[a0 + q + _U(1)] * w2
-        s = s + ev[a1 + q] * w3
-        s = s + od[a1 + q] * w4
-        s = s + ev[a1 + q + _U(1)] * w5
-        s = s + ev[a2 + q] * w6
-        s = s + od[a2 + q] * w7
-        s = s + ev[a2 + q + _U(1)] * w8 + bias
-        s = lo if s < lo else s
-        yf[out + q] = hi if s > hi else s
+        s = _window_row(z, ev, a0 + q, od, a0 + q, ev, a0 + q + one, w0, w1, w2)
+        s = _window_row(s, ev, a1 + q, od, a1 + q, ev, a1 + q + one, w3, w4, w5)
+        s = _window_row(s, ev, a2 + q, od, a2 + q, ev, a2 + q + one, w6, w7, w8)
+        yf[out + q] = _clamp(s + bias, lo, hi)
 
 
 @exact
