@@ -31,7 +31,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any, NamedTuple
 
 from singa_lite import backend
@@ -341,6 +341,13 @@ def _topological(root: Operator) -> tuple[list[Operator], dict[int, int], list[t
     return order, param_uses, list(leaves.values())
 
 
+def forget_walks(ops: Iterable[Operator]) -> None:
+    """Drop the walk orders ``backward`` keeps on the roots of retained graphs among ``ops``,
+    for a graph rewritten since (``graph_fusion``)."""
+    for op in ops:
+        op.__dict__.pop("_backward_walk", None)
+
+
 def _plan_holds(plan: tuple) -> bool:
     """Whether no leaf's ``requires_grad``/``stores_grad`` changed since ``plan`` was made
     (a param frozen or unfrozen between graph-mode replays changes which ops backward runs)."""
@@ -386,13 +393,14 @@ def backward(y: Tensor, dy: Any = None, retain_graph: bool | None = None) -> Ite
     elif isinstance(dy, Tensor):
         dy = dy.data
     root = y.creator
-    # The graph below an op never changes, so a retained graph (graph mode replays it every
-    # step) keeps its walk order on its root op instead of sorting again.
-    plan = getattr(root, "_plan", None) if retain_graph else None
+    # The graph below an op never changes (but for graph_fusion's rewrite, which calls
+    # forget_walks), so a retained graph (graph mode replays it every step) keeps its walk
+    # order on its root op instead of sorting again; under a name no op uses for its own.
+    plan = root.__dict__.get("_backward_walk") if retain_graph else None
     if plan is None or not _plan_holds(plan):
         plan = _topological(root)
         if retain_graph:
-            root._plan = plan
+            root._backward_walk = plan
     order, leaf_uses = plan[0], dict(plan[1])
     try:
         yield from _walk(order, leaf_uses, root, y, dy, retain_graph is False)
@@ -477,7 +485,11 @@ def gradients(y: Tensor, dy: Any = None) -> dict[Tensor, Tensor]:
 
 def __getattr__(name: str) -> Any:
     # The op modules import this one, so the functional API is attached lazily: SINGA's names
-    # and argument orders (ops/singa_names.py) first, then every op under its own name.
+    # and argument orders (ops/singa_names.py) first, then every op under its own name. Dunder
+    # names are the import system's questions (``__path__`` at each ``from autograd import``,
+    # maybe while the op modules are half-imported): never an op.
+    if name.startswith("__"):
+        raise AttributeError(f"module 'singa_lite.autograd' has no attribute {name!r}")
     from singa_lite import ops
     from singa_lite.ops import singa_names
 

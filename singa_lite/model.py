@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from singa_lite import autograd
+from singa_lite import autograd, graph_fusion
 from singa_lite.errors import ArgumentError, OptimizerNotSetError
 from singa_lite.layer import base as layer_base
 from singa_lite.layer.base import Layer
@@ -205,7 +205,10 @@ class Model(Layer):
                 "an optimizer (self.optimizer(loss)) for replays to train",
                 stacklevel=3,
             )
-        self._graph = _Graph(placeholders, tape, out, keys, list(self.get_params().values()))
+        # The model's own tensors (states a layer set, as ``self.features = y``) are read outside
+        # the tape as its outputs are: fusion leaves them to be made again each replay.
+        held = list(self.get_states().values())
+        self._graph = _Graph(placeholders, tape, out, keys, list(self.get_params().values()), held)
         return out
 
     # -- checkpoints (the format lives in singa_lite.checkpoint; models never touch files) ---
@@ -278,7 +281,13 @@ class _Graph:
     """One recorded training step: forward ops in call order and the update steps."""
 
     def __init__(
-        self, inputs: tuple, tape: list[autograd.TapeEntry], out: Any, keys: tuple = (), params: Sequence = ()
+        self,
+        inputs: tuple,
+        tape: list[autograd.TapeEntry],
+        out: Any,
+        keys: tuple = (),
+        params: Sequence = (),
+        held: Sequence = (),
     ) -> None:
         self.inputs = inputs  # positional arguments, then the values of the keyword ones
         self.keys = keys  # the keyword arguments' names
@@ -295,6 +304,7 @@ class _Graph:
         index = {id(a): i for i, a in enumerate(inputs) if isinstance(a, Tensor)}
         self.value_guards = [(index[id(e.tensor)], e.values) for e in reads if id(e.tensor) in index]
         self.tape = [e for e in tape if not isinstance(e, autograd.HostRead) or id(e.tensor) in computed]
+        self.tape = graph_fusion.fuse(self.tape, (out, held))  # op pairs one op runs faster
         # CUDA-graph capture (see _try_capture): the optimizers whose steps were recorded.
         steps = [e for e in tape if isinstance(e, autograd.StepCall)]
         self.optimizers = list({id(o): o for e in steps for o in [_owner(e.fn)] if o}.values())

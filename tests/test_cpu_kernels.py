@@ -363,6 +363,64 @@ def test_piecewise_linear(data: Any, dtype: Any, shape: tuple, parallel: bool) -
     compare_op(ops.relu, [x], dy, parallel)
 
 
+@SETTINGS
+@given(
+    st.data(),
+    st.sampled_from([np.float32, np.float64, np.float16]),
+    st.integers(0, 5),
+    st.integers(1, 5),
+    hnp.array_shapes(min_dims=0, max_dims=2, min_side=0, max_side=9),
+    st.booleans(),
+    st.booleans(),
+    st.booleans(),
+)
+def test_batch_norm_with_relu_is_relu_of_batch_norm(
+    data: Any, dtype: Any, n: int, c: int, spatial: tuple, training: bool, on: bool, parallel: bool
+) -> None:
+    """``batchnorm_2d(..., relu=True)`` (graph mode's fusion; in training with the kernels, one
+    pass each way with the mask recomputed) against ``relu(batchnorm_2d(...))`` bit for bit:
+    outputs, all three gradients, the running statistics. Inputs where the normalised value is
+    exactly 0 (one value per channel, bias 0) and nan and inf in ``dy`` included."""
+    shape = (n, c, *spatial)
+    x = data.draw(arrays(shape, dtype))
+    if n and x.size:
+        x[:, 0] = dtype(data.draw(st.sampled_from([0.0, 2.0])))  # channel 0: x == mean
+    dy = data.draw(arrays(shape, dtype))
+    if dy.size and data.draw(st.booleans()):
+        dy.reshape(-1)[::3] = data.draw(st.sampled_from([np.nan, np.inf, -np.inf]))
+    scale = data.draw(arrays((c,), dtype)) + dtype(1)
+    bias = data.draw(arrays((c,), dtype))
+    bias[0] = dtype(-0.0)  # with a negative scale: -0.0 normalised values, made +0.0 by ReLU
+    runs: dict[bool, list] = {}
+
+    def fn(fused: bool) -> Callable:
+        def bn(t: Any, s: Any, b: Any) -> Any:
+            rm, rv = (tensor.Tensor(device=DEV, data=np.full(c, v, dtype)) for v in (0.5, 2.0))
+            runs[fused] = [rm, rv]
+            if fused:
+                y = ops.batchnorm_2d(t, s, b, rm, rv, training=training, relu=True)
+                runs["one pass"] = [y.creator.fused]
+                return y
+            return ops.relu(ops.batchnorm_2d(t, s, b, rm, rv, training=training))
+
+        return bn
+
+    with np.errstate(invalid="ignore"):  # inf * 0 in NumPy's ReLU gradient
+        try:
+            ref = run_op(fn(False), [x, scale, bias], dy, on, parallel)
+        except Exception as e:
+            with pytest.raises(type(e)):
+                run_op(fn(True), [x, scale, bias], dy, on, parallel)
+            return
+        got = run_op(fn(True), [x, scale, bias], dy, on, parallel)
+    assert runs["one pass"] == [on and training and dtype != np.float16]
+    for i, (g, r) in enumerate(zip(got, ref)):
+        np.testing.assert_array_equal(g, r, f"output {i}")
+        np.testing.assert_array_equal(np.signbit(g), np.signbit(r), f"signs of output {i}")
+    for g, r in zip(runs[True], runs[False]):
+        np.testing.assert_array_equal(tensor.to_numpy(g), tensor.to_numpy(r), "running statistics")
+
+
 @pytest.mark.parametrize("shape", [(3, 2, 1500), (2, 3, 37, 71), (5, 700, 3), (300, 1100)])
 def test_batch_norm_chunks(shape: tuple, monkeypatch: pytest.MonkeyPatch) -> None:
     """The batch norm statistics over chunks of columns: channels longer than a chunk (split into

@@ -82,20 +82,29 @@ def sigmoid_array(xp: Any, x: Any) -> Any:
 
 
 # -- the every-step activations ----------------------------------------------------------------
+def relu_array(xp: Any, x: Any) -> Any:
+    """``max(x, 0)`` as a new array (ReLU's forward; batch norm's unfused ReLU too)."""
+    if x.dtype.kind == "f" and cpu_kernels.usable(xp, x):  # 2-5x NumPy's maximum
+        return cpu_kernels.activation.relu(x)
+    return xp.maximum(x, 0)
+
+
+def relu_grad(xp: Any, y: Any, dy: Any) -> Any:
+    """``dy`` where ReLU's output ``y`` is positive, else 0 (``dy`` times the mask)."""
+    if cpu_kernels.usable(xp, y, dy):  # one pass, no bool mask
+        return cpu_kernels.activation.relu_backward(y, dy)
+    return dy * (y > 0)
+
+
 class ReLU(CheckedOp):
     kinds = "fiu"
 
     def forward(self, x: Any) -> Any:
-        if x.dtype.kind == "f" and cpu_kernels.usable(self.xp, x):  # 2-5x NumPy's maximum
-            self.y = cpu_kernels.activation.relu(x)
-        else:
-            self.y = self.xp.maximum(x, 0)
+        self.y = relu_array(self.xp, x)
         return self.y
 
     def backward(self, dy: Any) -> Any:
-        if cpu_kernels.usable(self.xp, self.y, dy):  # one pass, no bool mask
-            return cpu_kernels.activation.relu_backward(self.y, dy)
-        return dy * (self.y > 0)
+        return relu_grad(self.xp, self.y, dy)
 
 
 class Sigmoid(CheckedOp):

@@ -20,6 +20,7 @@ from singa_lite.backend import cpu_kernels
 from singa_lite.errors import DTypeError
 from singa_lite.ops import _cupy_kernels
 from singa_lite.ops._util import normalize_axis, unbroadcast
+from singa_lite.ops.activation import relu_array, relu_grad
 from singa_lite.tensor import Tensor
 
 __all__ = [
@@ -57,13 +58,22 @@ class BatchNorm(Operator):
     Inputs: ``x, scale, bias, running_mean, running_var``. In training the batch statistics
     normalise ``x`` and the running ones are updated in place; in inference the running ones
     normalise. Gradients flow to ``x``, ``scale`` and ``bias`` only.
+
+    With ``relu`` the output is ``relu`` of that, as a ``ReLU`` op after it would give it, bit
+    for bit: graph mode fuses the pair so (``singa_lite/graph_fusion.py``). With the compiled
+    kernels, in training, the ReLU runs inside the normalising pass and its backward inside
+    the two gradient passes, which recompute its mask from the input they read anyway: two
+    passes over the activations fewer each way, and no ReLU output kept.
     """
 
-    def __init__(self, momentum: float = 0.9, eps: float = 1e-5, training: bool = False) -> None:
+    def __init__(
+        self, momentum: float = 0.9, eps: float = 1e-5, training: bool = False, relu: bool = False
+    ) -> None:
         super().__init__("batchnorm_2d")
         self.momentum = _args.number(self.name, "momentum", momentum, 0.0, 1.0)
         self.eps = _args.number(self.name, "eps", eps, 0.0)
         self.training = bool(training)
+        self.relu = bool(relu)
 
     def forward(self, x: Any, scale: Any, bias: Any, running_mean: Any, running_var: Any) -> Any:
         xp = self.xp
@@ -92,8 +102,17 @@ class BatchNorm(Operator):
         self.inv = 1 / xp.sqrt(var + acc.type(self.eps))
         self.scale = scale.astype(acc, copy=False)
         a = self.scale * self.inv
-        y = self.passes.scale_shift(a, bias.astype(acc, copy=False))
-        return y.astype(x.dtype, copy=False).reshape(x.shape)
+        b = bias.astype(acc, copy=False)
+        # The ReLU inside the kernels' pass where its mask, recomputed in acc's dtype, is the
+        # output's (not after a cast to float16, which can round a small positive to 0).
+        self.fused = self.relu and self.training and isinstance(self.passes, _KernelPasses) and x.dtype == acc
+        if self.fused:
+            self.relu_coefs = (a, b)
+            return self.passes.scale_shift(a, b, relu=True).reshape(x.shape)
+        y = self.passes.scale_shift(a, b).astype(x.dtype, copy=False).reshape(x.shape)
+        if self.relu:  # as a ReLU op after this one, after the cast
+            y = self.relu_out = relu_array(xp, y)
+        return y
 
     def _update_running(self, running_mean: Any, running_var: Any, mean: Any, var: Any) -> None:
         # SINGA's rule (momentum weighs the old value); the variance is the unbiased one, as in
@@ -108,8 +127,11 @@ class BatchNorm(Operator):
     def backward(self, dy: Any) -> tuple:
         inv, m = self.inv, self.m
         acc = inv.dtype
+        fused = (self.relu_coefs,) if self.fused else ()  # the ReLU's mask, for the passes
+        if self.relu and not self.fused:
+            dy = relu_grad(self.xp, self.relu_out, dy)
         dy3 = dy.reshape(dy.shape[0], inv.shape[0], math.prod(dy.shape[2:])).astype(acc, copy=False)
-        dbias, dot = self.passes.grad_sums(dy3)
+        dbias, dot = self.passes.grad_sums(dy3, *fused)
         dscale = dot * inv  # sum(dy * xhat)
         dx = None
         if self.needs_grad[0]:
@@ -119,7 +141,7 @@ class BatchNorm(Operator):
                 # per-channel coefficients: dx = a*dy + b*xc + c, with no xhat array.
                 b = -a * inv * dscale / acc.type(m)
                 c = -a * dbias / acc.type(m)
-                dx = self.passes.grad_x(dy3, a, b, c)
+                dx = self.passes.grad_x(dy3, a, b, c, *fused)
             else:
                 dx = dy3 * a[:, None]
             dx = dx.astype(dy.dtype, copy=False).reshape(dy.shape)
@@ -171,14 +193,15 @@ class _KernelPasses:
     def centre(self, x3: Any, mean: Any) -> None:
         self.x3, self.mean = x3, mean
 
-    def scale_shift(self, a: Any, b: Any) -> Any:
-        return cpu_kernels.normalization.batch_norm_normalize(self.x3, self.mean, a, b)
+    def scale_shift(self, a: Any, b: Any, relu: bool = False) -> Any:
+        return cpu_kernels.normalization.batch_norm_normalize(self.x3, self.mean, a, b, relu)
 
-    def grad_sums(self, dy3: Any) -> tuple[Any, Any]:
-        return cpu_kernels.normalization.batch_norm_grad_sums(self.x3, dy3, self.mean)
+    def grad_sums(self, dy3: Any, relu: tuple | None = None) -> tuple[Any, Any]:
+        """``relu``: the forward's ``(a, b)`` when it fused a ReLU, whose mask the pass applies."""
+        return cpu_kernels.normalization.batch_norm_grad_sums(self.x3, dy3, self.mean, relu)
 
-    def grad_x(self, dy3: Any, a: Any, b: Any, c: Any) -> Any:
-        return cpu_kernels.normalization.batch_norm_grad_x(self.x3, dy3, self.mean, a, b, c)
+    def grad_x(self, dy3: Any, a: Any, b: Any, c: Any, relu: tuple | None = None) -> Any:
+        return cpu_kernels.normalization.batch_norm_grad_x(self.x3, dy3, self.mean, a, b, c, relu)
 
 
 def _passes(xp: Any, x3: Any) -> Any:
@@ -483,6 +506,7 @@ def batchnorm_2d(
     momentum: float = 0.9,
     eps: float = 1e-5,
     training: bool = False,
+    relu: bool = False,
 ) -> Tensor:
     """Batch normalisation of ``(N, C, ...)`` over every axis but the channel axis 1.
 
@@ -491,9 +515,10 @@ def batchnorm_2d(
     ``running = momentum * running + (1 - momentum) * batch``, with the unbiased batch
     variance (SINGA's momentum 0.9 equals PyTorch's momentum 0.1). Without it (inference) the
     running statistics normalise ``x``. ``layer.BatchNorm2d`` and ``autograd.batchnorm_2d``
-    pass ``autograd.training``.
+    pass ``autograd.training``. With ``relu``, ``relu`` of the result in the same op (in one
+    pass with the compiled kernels).
     """
-    return BatchNorm(momentum, eps, training)(x, scale, bias, running_mean, running_var)[0]
+    return BatchNorm(momentum, eps, training, relu)(x, scale, bias, running_mean, running_var)[0]
 
 
 batch_norm = batchnorm_2d

@@ -185,21 +185,46 @@ def _bn_moments(x: Any, chunks: int, s: int, segs: int, per: int, mean_p: Any, m
         _moments_chunk(x, chunk, s, segs, per, mean_p, m2_p)
 
 
+@helper
+def _unless_cut(g: Any, x: Any, m: Any, a: Any, b: Any, relu: bool) -> Any:
+    """``g``, or with ``relu`` ``g`` where the forward's ``(x - m) * a + b`` passed its fused
+    ReLU and ``g * 0`` where it did not (so nan and inf in ``g`` propagate as ReLU's own
+    backward lets them): the mask recomputed from the input each pass reads anyway, not saved.
+    The expression is the normalising kernel's, so the test agrees with it bit for bit."""
+    if not relu:
+        return g
+    return g if (x - m) * a + b > like(g, 0.0) else g * like(g, 0.0)
+
+
 @_chunk_body
 def _grad_sums_chunk(
-    x: Any, dy: Any, mean: Any, chunk: int, s: int, segs: int, per: int, sdy_p: Any, sdyx_p: Any
+    x: Any,
+    dy: Any,
+    mean: Any,
+    fa: Any,
+    fb: Any,
+    relu: bool,
+    chunk: int,
+    s: int,
+    segs: int,
+    per: int,
+    sdy_p: Any,
+    sdyx_p: Any,
 ) -> None:
     c0, c1, lo, hi = _chunk_span(chunk, s, segs, per, mean.size)
     width = hi - lo
     a = np.zeros(width, np.float64)
     b = np.zeros(width, np.float64)
     m = np.empty(width, x.dtype)
+    ma = np.empty(width, x.dtype)
+    mb = np.empty(width, x.dtype)
     for j in range(width):
-        m[j] = mean[c0 + j // s] if segs == 1 else mean[c0]
+        c = c0 + j // s if segs == 1 else c0
+        m[j], ma[j], mb[j] = mean[c], fa[c], fb[c]
     for r in range(x.shape[0]):
         xr, dyr = x[r, lo:hi], dy[r, lo:hi]
         for j in range(width):
-            g = dyr[j]
+            g = _unless_cut(dyr[j], xr[j], m[j], ma[j], mb[j], relu)
             a[j] += g
             b[j] += g * (xr[j] - m[j])  # the product in x's dtype, as the reference's
     seg = chunk % segs
@@ -217,32 +242,54 @@ def _grad_sums_chunk(
 
 @kernel
 def _bn_grad_sums(
-    x: Any, dy: Any, mean: Any, chunks: int, s: int, segs: int, per: int, sdy_p: Any, sdyx_p: Any
+    x: Any,
+    dy: Any,
+    mean: Any,
+    fa: Any,
+    fb: Any,
+    relu: bool,
+    chunks: int,
+    s: int,
+    segs: int,
+    per: int,
+    sdy_p: Any,
+    sdyx_p: Any,
 ) -> None:
     for chunk in prange(chunks):
-        _grad_sums_chunk(x, dy, mean, chunk, s, segs, per, sdy_p, sdyx_p)
+        _grad_sums_chunk(x, dy, mean, fa, fb, relu, chunk, s, segs, per, sdy_p, sdyx_p)
 
 
 @kernel
-def _bn_normalize(x: Any, mean: Any, a: Any, b: Any, y: Any) -> None:
+def _bn_normalize(x: Any, mean: Any, a: Any, b: Any, relu: bool, y: Any) -> None:
     channels = mean.size
+    zero = like(x, 0.0)
     for r in prange(x.shape[0]):
         c = r % channels
         m, ac, bc = mean[c], a[c], b[c]
         xr, yr = x[r], y[r]
-        for j in range(x.shape[1]):
-            yr[j] = (xr[j] - m) * ac + bc
+        if relu:  # as activation.relu: a NaN kept, -0.0 made +0.0
+            for j in range(x.shape[1]):
+                v = (xr[j] - m) * ac + bc
+                yr[j] = v if (v > zero) | (v != v) else zero
+        else:
+            for j in range(x.shape[1]):
+                yr[j] = (xr[j] - m) * ac + bc
 
 
 @kernel
-def _bn_grad_x(x: Any, dy: Any, mean: Any, a: Any, b: Any, c: Any, dx: Any) -> None:
+def _bn_grad_x(
+    x: Any, dy: Any, mean: Any, a: Any, b: Any, c: Any, fa: Any, fb: Any, relu: bool, dx: Any
+) -> None:
     channels = mean.size
     for r in prange(x.shape[0]):
         ch = r % channels
-        m, ac, bc, cc = mean[ch], a[ch], b[ch], c[ch]
+        m, ac, bc, cc, fac, fbc = mean[ch], a[ch], b[ch], c[ch], fa[ch], fb[ch]
         xr, dyr, dxr = x[r], dy[r], dx[r]
         for j in range(x.shape[1]):
-            dxr[j] = dyr[j] * ac + (xr[j] - m) * bc + cc
+            g = _unless_cut(dyr[j], xr[j], m, fac, fbc, relu)
+            # Bracketed so that each add has one product to contract with: left to LLVM, the
+            # fused ReLU's form and the plain one contracted different products.
+            dxr[j] = g * ac + ((xr[j] - m) * bc + cc)
 
 
 def batch_norm_moments(x3: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -265,20 +312,29 @@ def batch_norm_moments(x3: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return mean.astype(x3.dtype), (m2 / (n * s)).astype(x3.dtype)
 
 
-def batch_norm_normalize(x3: np.ndarray, mean: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+def batch_norm_normalize(
+    x3: np.ndarray, mean: np.ndarray, a: np.ndarray, b: np.ndarray, relu: bool = False
+) -> np.ndarray:
     """``(x3 - mean) * a + b`` with per-channel ``mean``, ``a``, ``b`` along axis 1 of
-    ``(N, C, S)``, in one pass (all in ``x3``'s dtype)."""
+    ``(N, C, S)``, in one pass (all in ``x3``'s dtype); with ``relu``, ``relu`` of that in
+    the same pass."""
     n, c, s = x3.shape
     lines = np.ascontiguousarray(x3).reshape(n * c, s)
     y = np.empty(lines.shape, x3.dtype)
     dt = x3.dtype
-    _bn_normalize(lines.size, lines, _vec(mean, dt), _vec(a, dt), _vec(b, dt), y)
+    _bn_normalize(lines.size, lines, _vec(mean, dt), _vec(a, dt), _vec(b, dt), relu, y)
     return y.reshape(x3.shape)
 
 
-def batch_norm_grad_sums(x3: np.ndarray, dy3: np.ndarray, mean: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def batch_norm_grad_sums(
+    x3: np.ndarray, dy3: np.ndarray, mean: np.ndarray, relu: tuple | None = None
+) -> tuple[np.ndarray, np.ndarray]:
     """``(sum(dy), sum(dy * (x - mean)))`` per channel of ``(N, C, S)``, accumulated in
-    float64 (down the batch per position, then over the positions), in ``x3``'s dtype."""
+    float64 (down the batch per position, then over the positions), in ``x3``'s dtype.
+
+    ``relu``: the forward's ``(a, b)`` where it fused a ReLU (``batch_norm_normalize`` with
+    ``relu``); ``dy`` is then the gradient of the ReLU's output, passed where it was
+    positive."""
     n, c, s = x3.shape
     if x3.size == 0:
         return np.zeros(c, x3.dtype), np.zeros(c, x3.dtype)
@@ -287,21 +343,32 @@ def batch_norm_grad_sums(x3: np.ndarray, dy3: np.ndarray, mean: np.ndarray) -> t
     chunks, segs, per = _geometry(c, s)
     sdy_p = np.empty((c, segs), np.float64)
     sdyx_p = np.empty((c, segs), np.float64)
-    _bn_grad_sums(rows.size, rows, drows, _vec(mean, x3.dtype), chunks, s, segs, per, sdy_p, sdyx_p)
+    dt = x3.dtype
+    fa, fb = (mean, mean) if relu is None else relu
+    coefs = (_vec(mean, dt), _vec(fa, dt), _vec(fb, dt), relu is not None)
+    _bn_grad_sums(rows.size, rows, drows, *coefs, chunks, s, segs, per, sdy_p, sdyx_p)
     return sdy_p.sum(axis=1).astype(x3.dtype), sdyx_p.sum(axis=1).astype(x3.dtype)
 
 
 def batch_norm_grad_x(
-    x3: np.ndarray, dy3: np.ndarray, mean: np.ndarray, a: np.ndarray, b: np.ndarray, c: np.ndarray
+    x3: np.ndarray,
+    dy3: np.ndarray,
+    mean: np.ndarray,
+    a: np.ndarray,
+    b: np.ndarray,
+    c: np.ndarray,
+    relu: tuple | None = None,
 ) -> np.ndarray:
     """``dy * a + (x - mean) * b + c`` with per-channel coefficients along axis 1 of
-    ``(N, C, S)``, in one pass: batch norm's ``dx``."""
+    ``(N, C, S)``, in one pass: batch norm's ``dx``. ``relu`` as for ``batch_norm_grad_sums``."""
     n, ch, s = x3.shape
     lines = np.ascontiguousarray(x3).reshape(n * ch, s)
     dlines = np.ascontiguousarray(dy3, dtype=x3.dtype).reshape(n * ch, s)
     dx = np.empty(lines.shape, x3.dtype)
     dt = x3.dtype
-    _bn_grad_x(lines.size, lines, dlines, _vec(mean, dt), _vec(a, dt), _vec(b, dt), _vec(c, dt), dx)
+    fa, fb = (a, b) if relu is None else relu
+    coefs = (_vec(fa, dt), _vec(fb, dt), relu is not None)
+    _bn_grad_x(lines.size, lines, dlines, _vec(mean, dt), _vec(a, dt), _vec(b, dt), _vec(c, dt), *coefs, dx)
     return dx.reshape(x3.shape)
 
 
