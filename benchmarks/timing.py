@@ -31,11 +31,14 @@ def interleaved_seconds(
     instead of taken in one stretch. With ``settle``, the process sleeps that many seconds
     before each stretch, so that no thread pool of the last one (OpenBLAS's workers spin ~0.1 s
     after a product, PyTorch's and onnxruntime's threads too) still holds a core when the next
-    starts. The first run of each stretch is not timed."""
+    starts. The first run of each stretch is not timed. The turns go forward in even rounds and
+    backward in odd ones, so that no function always follows the same one (whose caches and
+    thread pools it would find as that one leaves them)."""
     times: dict[str, list[float]] = {k: [] for k in fns}
     per = max(1, -(-repeat // rounds))
-    for _ in range(rounds):
-        for k, fn in fns.items():
+    turns = list(fns.items())
+    for r in range(rounds):
+        for k, fn in turns if r % 2 == 0 else turns[::-1]:
             if settle:
                 time.sleep(settle)
             fn()

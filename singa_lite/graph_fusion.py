@@ -18,55 +18,104 @@ results).
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from singa_lite import autograd
 from singa_lite.autograd import OpCall, TapeEntry
 from singa_lite.ops.activation import ReLU
 from singa_lite.ops.normalization import BatchNorm
+from singa_lite.ops.pool import MaxPool
 from singa_lite.tensor import Tensor
 
 
 def fuse(tape: list[TapeEntry], outputs: Any) -> list[TapeEntry]:
-    """``tape`` with each fusable pair made one op; ``outputs``: what the step returns (any
+    """``tape`` with each fusable pair rewritten; ``outputs``: what the step returns (any
     nesting of tuples, lists and dicts), whose tensors stay as they are."""
     kept = {id(t) for t in _tensors(outputs)}
-    uses: Counter[int] = Counter()
     for entry in tape:
-        if isinstance(entry, OpCall):
-            uses.update(id(x) for x in entry.inputs)
-        elif isinstance(entry, autograd.StepCall):
+        if isinstance(entry, autograd.StepCall):
             kept.update(id(t) for t in _tensors(entry.args))
-        else:
+        elif isinstance(entry, autograd.HostRead):
             kept.add(id(entry.tensor))
-    makers = {id(y): i for i, e in enumerate(tape) if isinstance(e, OpCall) for y in e.outputs}
     out: list[TapeEntry | None] = list(tape)
-    for j, entry in enumerate(tape):
-        if not (isinstance(entry, OpCall) and type(entry.op) is ReLU and len(entry.inputs) == 1):
-            continue
-        (y,), (z,) = entry.inputs, entry.outputs
-        i = makers.get(id(y))
-        if i is None or uses[id(y)] != 1 or id(y) in kept:
-            continue
-        bn_call = tape[i]
-        assert isinstance(bn_call, OpCall)
-        bn = bn_call.op
-        if type(bn) is not BatchNorm or not bn.training or bn.relu:
-            continue
-        # The backward graph must be the pair's too: both recorded, or neither.
-        if not ((y.creator is bn and z.creator is entry.op) or (y.creator is None and z.creator is None)):
-            continue
-        bn.relu = True
-        if z.creator is not None:
-            z.creator, z._index = bn, 0
-        out[i] = OpCall(bn, bn_call.inputs, (z,))
-        out[j] = None
-    fused = [e for e in out if e is not None]
-    if len(fused) < len(tape):
+    changed = False
+    for first, second, rewrite in _RULES:
+        for i, j in _pairs(out, kept, first, second):
+            rewrite(out, i, j)
+            changed = True
+    if changed:
         # backward keeps a walk order on the root of a retained graph: made before the rewrite.
         autograd.forget_walks(e.op for e in tape if isinstance(e, OpCall))
-    return fused
+    return [e for e in out if e is not None]
+
+
+def _pairs(tape: list, kept: set, first: Callable, second: Callable) -> list[tuple[int, int]]:
+    """``(i, j)``: entry ``i``'s op passes ``first``, makes one tensor, which only entry ``j``,
+    whose op passes ``second``, reads, as its one input; both recorded for backward or neither."""
+    uses: Counter[int] = Counter()
+    makers = {}
+    for i, e in enumerate(tape):
+        if isinstance(e, OpCall):
+            uses.update(id(x) for x in e.inputs)
+            if len(e.outputs) == 1:
+                makers[id(e.outputs[0])] = i
+    found = []
+    for j, e in enumerate(tape):
+        if not (isinstance(e, OpCall) and len(e.inputs) == 1 and len(e.outputs) == 1 and second(e.op)):
+            continue
+        (y,), (z,) = e.inputs, e.outputs
+        k = makers.get(id(y))
+        if k is None or uses[id(y)] != 1 or id(y) in kept or not first(tape[k].op):
+            continue
+        if (y.creator is tape[k].op and z.creator is e.op) or (y.creator is None and z.creator is None):
+            found.append((k, j))
+    return found
+
+
+def _batch_norm_relu(tape: list, i: int, j: int) -> None:
+    """BatchNorm -> ReLU as one BatchNorm with ``relu``, making the ReLU's output."""
+    bn_call, (z,) = tape[i], tape[j].outputs
+    bn_call.op.relu = True
+    if z.creator is not None:
+        z.creator, z._index = bn_call.op, 0
+    tape[i] = OpCall(bn_call.op, bn_call.inputs, (z,))
+    tape[j] = None
+
+
+def _max_pool_first(tape: list, i: int, j: int) -> None:
+    """ReLU -> MaxPool as MaxPool -> ReLU, the ReLU and its backward over the pooled array (a
+    quarter of the input for 2x2 windows). The same values, max commuting with the monotone
+    ReLU, and the same gradients: a window whose maximum is positive sends it to the same
+    (first) maximum, one whose maximum is not sends none either way (only a nan or inf in the
+    gradient, times ReLU's 0, can land on another cell of such a window)."""
+    relu, pool = tape[i].op, tape[j].op
+    (y,), (z,), (p,) = tape[i].inputs, tape[j].inputs, tape[j].outputs
+    recorded = p.creator is not None
+    q = Tensor._wrap(p.data, p.device, p.requires_grad, pool if recorded else None, 0)
+    if recorded:  # the backward graph rewired as the tape: y -> pool -> q -> relu -> p
+        pool.inputs, relu.inputs = (y,), (q,)
+        relu.out_meta = list(pool.out_meta)
+        p.creator, p._index = relu, 0
+    tape[i] = OpCall(pool, (y,), (q,))
+    tape[j] = OpCall(relu, (q,), (p,))
+    del z  # (the ReLU's old output: read by nothing now)
+
+
+def _training_batch_norm(op: Any) -> bool:
+    return type(op) is BatchNorm and op.training and not op.relu
+
+
+def _is(cls: type) -> Callable[[Any], bool]:
+    return lambda op: type(op) is cls
+
+
+_RULES: list[tuple[Callable, Callable, Callable]] = [
+    (_training_batch_norm, _is(ReLU), _batch_norm_relu),
+    (_is(ReLU), _is(MaxPool), _max_pool_first),
+]
+"""``(first, second, rewrite)``, in this order: a BatchNorm -> ReLU -> MaxPool fuses the first
+pair (no ReLU pass left) rather than moving the ReLU."""
 
 
 def _tensors(obj: Any) -> Iterator[Tensor]:

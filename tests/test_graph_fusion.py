@@ -49,8 +49,33 @@ class Net(model.Model):
         return out, loss
 
 
-def _train(use_graph: bool, reuse: str = "", steps: int = 6) -> tuple[list, dict, Net]:
-    m = Net(reuse)
+class Pooled(model.Model):
+    """conv -> ReLU -> max pool, twice: 2x2 windows that tile, 3x3 ones that overlap (padded);
+    then an average pool after a ReLU, which stays as it is."""
+
+    reuse = ""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv1 = layer.Conv2d(4, 3, padding=1)
+        self.conv2 = layer.Conv2d(5, 3, padding=1)
+        self.relu = layer.ReLU()
+        self.pool1 = layer.MaxPool2d(2)
+        self.pool2 = layer.MaxPool2d(3, stride=2, padding=1)
+        self.avg = layer.AvgPool2d(2)
+        self.flat = layer.Flatten()
+        self.fc = layer.Linear(3)
+        self.loss = layer.SoftMaxCrossEntropy()
+
+    def forward(self, x: Any) -> Any:
+        y = self.pool2(self.relu(self.conv2(self.pool1(self.relu(self.conv1(x))))))
+        return self.fc(self.flat(self.avg(self.relu(y))))
+
+    train_one_batch = Net.train_one_batch
+
+
+def _train(use_graph: bool, reuse: str = "", steps: int = 6) -> tuple[list, dict, Any]:
+    m = Pooled() if reuse == "pooled" else Net(reuse)
     m.set_optimizer(opt.SGD(lr=0.05, momentum=0.9))
     tx = tensor.Tensor((6, 2, 6, 6))
     ty = tensor.Tensor((6,), dtype=tensor.int32)
@@ -67,7 +92,7 @@ def _train(use_graph: bool, reuse: str = "", steps: int = 6) -> tuple[list, dict
     return losses, {k: tensor.to_numpy(v) for k, v in m.get_states().items()}, m
 
 
-def _ops(m: Net) -> list[str]:
+def _ops(m: Any) -> list[str]:
     assert m._graph is not None
     names = []
     for e in m._graph.tape:
@@ -76,10 +101,11 @@ def _ops(m: Net) -> list[str]:
     return names
 
 
-@pytest.mark.parametrize("reuse", ["", "add", "output", "state"])
+@pytest.mark.parametrize("reuse", ["", "add", "output", "state", "pooled"])
 def test_fused_steps_train_as_eager_mode_does(reuse: str) -> None:
-    """Graph mode fuses each BN -> ReLU pair whose BN output nothing else reads, and trains bit
-    for bit as eager mode: losses, params, running statistics."""
+    """Graph mode fuses each BN -> ReLU pair whose BN output nothing else reads and moves each
+    such ReLU after its max pool, and trains bit for bit as eager mode: losses, params,
+    running statistics."""
     eager_losses, eager_states, _ = _train(False, reuse)
     graph_losses, graph_states, m = _train(True, reuse)
     np.testing.assert_array_equal(graph_losses, eager_losses)
@@ -87,7 +113,10 @@ def test_fused_steps_train_as_eager_mode_does(reuse: str) -> None:
         np.testing.assert_array_equal(graph_states[k], eager_states[k], err_msg=k)
     assert eager_losses[-1] < eager_losses[0]
     names = _ops(m)
-    if reuse:  # the first pair stays two ops, the second is one
+    if reuse == "pooled":
+        assert names[:6] == ["Conv2d", "MaxPool", "ReLU", "Conv2d", "MaxPool", "ReLU"]
+        assert names[6:8] == ["ReLU", "AvgPool"]
+    elif reuse:  # the first pair stays two ops, the second is one
         assert names[:3] == ["Conv2d", "BatchNorm", "ReLU"] and names.count("BatchNorm+relu") == 1
     else:
         assert names[:2] == ["Conv2d", "BatchNorm+relu"] and names.count("BatchNorm+relu") == 2
