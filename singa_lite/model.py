@@ -16,6 +16,11 @@ branches) runs on the first step only; a call whose tensor shapes differ from th
 runs eagerly. Values read through ``autograd.host_values`` (the ONNX importer reads its shape,
 length and index arguments so) are checked: where they differ from the recorded ones, the step
 is recorded again.
+
+Before its first replay the record is rewritten where one op does the work of two in fewer
+passes over the activations (``singa_lite/graph_fusion.py``): a training BatchNorm and the ReLU
+after it become one op, a ReLU before a max pool moves after it. Eager mode, which sees one op
+at a time, cannot; the results stay equal to eager mode's, bit for bit.
 """
 
 from __future__ import annotations

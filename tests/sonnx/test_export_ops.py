@@ -367,6 +367,11 @@ CASES = [
     # normalisation
     ("batchnorm", lambda x: ops.batchnorm_2d(x, w(3), w(3), w(3), _t(VAR3)), [f32(2, 3, 4, 4)]),
     (
+        "batchnorm_relu",
+        lambda x: ops.batchnorm_2d(x, w(3), w(3), w(3), _t(VAR3), relu=True),
+        [f32(2, 3, 4, 4)],
+    ),
+    (
         "layernorm",
         lambda x: [ops.layer_norm(x, w(4), w(4)), ops.layer_norm(x, w(3, 4), None, -2)],
         [f32(2, 3, 4)],

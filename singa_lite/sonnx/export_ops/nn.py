@@ -99,7 +99,11 @@ def _global_pool(g: GraphBuilder, op: Any, xs: list[Value], ys: list[Value]) -> 
 @converts(normalization.BatchNorm)
 def _batchnorm(g: GraphBuilder, op: Any, xs: list[Value], ys: list[Value]) -> None:
     # Always the inference form: running statistics normalise (ONNX's training_mode = 0).
-    g.one("BatchNormalization", [x.name for x in xs], ys[0].name, epsilon=op.eps, momentum=op.momentum)
+    inputs = [x.name for x in xs]
+    if op.relu:  # batchnorm_2d(..., relu=True): the pair it stands for
+        g.one("Relu", [g.one("BatchNormalization", inputs, epsilon=op.eps, momentum=op.momentum)], ys[0].name)
+        return
+    g.one("BatchNormalization", inputs, ys[0].name, epsilon=op.eps, momentum=op.momentum)
 
 
 @converts(normalization.LayerNorm)
