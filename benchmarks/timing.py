@@ -31,14 +31,19 @@ def interleaved_seconds(
     instead of taken in one stretch. With ``settle``, the process sleeps that many seconds
     before each stretch, so that no thread pool of the last one (OpenBLAS's workers spin ~0.1 s
     after a product, PyTorch's and onnxruntime's threads too) still holds a core when the next
-    starts. The first run of each stretch is not timed. The turns go forward in even rounds and
-    backward in odd ones, so that no function always follows the same one (whose caches and
-    thread pools it would find as that one leaves them)."""
+    starts. The first run of each stretch is not timed.
+
+    The first function leads every round and the others take their turns forward in even
+    rounds and backward in odd ones, so that each of them follows the leader (whose thread
+    pools and caches it meets as the leader leaves them) in as many rounds as the others: lead
+    with the reference of a different library and compare the rest fairly among themselves.
+    With a fixed order, graph mode always ran right after eager mode and eager mode right
+    after PyTorch."""
     times: dict[str, list[float]] = {k: [] for k in fns}
     per = max(1, -(-repeat // rounds))
-    turns = list(fns.items())
+    lead, *rest = fns.items()
     for r in range(rounds):
-        for k, fn in turns if r % 2 == 0 else turns[::-1]:
+        for k, fn in [lead, *(rest if r % 2 == 0 else rest[::-1])]:
             if settle:
                 time.sleep(settle)
             fn()
@@ -47,3 +52,16 @@ def interleaved_seconds(
                 fn()
                 times[k].append(time.perf_counter() - t0)
     return times
+
+
+def paired_ratio(a: list[float], b: list[float], rounds: int) -> float:
+    """The median over rounds of ``a``'s median over ``b``'s in the same round, for the times
+    ``interleaved_seconds`` took in ``rounds`` rounds: each round's two stretches ran a second
+    apart, so a change of the machine's speed between rounds, which moves the two overall
+    medians apart by chance, cancels in each round's ratio."""
+    per = len(a) // rounds
+    assert per > 0 and len(b) == len(a), "times from one interleaved_seconds call"
+    return statistics.median(
+        statistics.median(a[r * per : (r + 1) * per]) / statistics.median(b[r * per : (r + 1) * per])
+        for r in range(rounds)
+    )

@@ -5,8 +5,13 @@
 
 Runs each workload in singa_lite eager mode, singa_lite graph mode and, where installed,
 PyTorch CPU, in this one process with the same thread count, and prints the median and minimum
-milliseconds per step and the singa_lite/PyTorch ratio (below 1.0: singa_lite is faster). The
-three take their steps in turns (``--rounds``, a stretch of steps each per round), so that
+milliseconds per step, the singa_lite/PyTorch ratios (below 1.0: singa_lite is faster) and
+graph mode's over eager mode's. A ratio is the median over rounds of the two sides' medians
+in that round (``timing.paired_ratio``): the machine's speed changes between rounds and moves
+the overall medians apart by chance (one MLP run: graph 3.88 against eager 3.31 ms overall,
+graph/eager 0.92 round by round, graph/torch 1.16 overall). The
+three take their steps in turns (``--rounds``, a stretch of steps each per round, PyTorch
+first and the two modes after it in alternate orders), so that
 a change in the shared machine's load falls on all of them; ten rounds by default (with three,
 graph mode came out 3-7% slower than eager in a third of the rows, by the machine's noise:
 LeNet 48.2 against 46.6 ms at 30 steps in 3 rounds, 44.0 against 44.7 at 200 in 10). A
@@ -40,7 +45,7 @@ from singa_lite.backend.cpu_kernels import threads as cpu_threads
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # mobile_nets.py beside this file
 import mobile_nets
 import setting
-from timing import interleaved_seconds
+from timing import interleaved_seconds, paired_ratio
 
 THREADS = int(os.environ.get("BENCH_THREADS", os.cpu_count() or 1))
 GPT_VOCAB = 58  # the characters of the text examples/gpt.py trains on
@@ -397,25 +402,28 @@ def main() -> None:
     print(f"device: {args.device}; {setting.describe(THREADS, tuned)}")
     header = (
         f"{'workload':36} {'eager ms (min)':>16} {'graph ms (min)':>16} {'torch ms (min)':>16} "
-        f"{'eager/torch':>11} {'graph/torch':>11} {'target':>7}"
+        f"{'eager/torch':>11} {'graph/torch':>11} {'target':>7} {'graph/eager':>11}"
     )
     print(header)
     print("-" * len(header))
     targets = GPU_TARGETS if gpu else TARGETS
     for name in args.only.split(","):
-        variants = {"eager": singa_step(name, False, gpu), "graph": singa_step(name, True, gpu)}
+        # PyTorch leads each round and eager and graph mode follow it in alternate rounds
+        # (timing.interleaved_seconds): the two compared with each other meet the same.
         reference = torch_step(name, gpu)
-        if reference is not None:
-            variants["torch"] = reference
+        variants = {} if reference is None else {"torch": reference}
+        variants |= {"eager": singa_step(name, False, gpu), "graph": singa_step(name, True, gpu)}
         # on a GPU no BLAS pool spins between steps: no pause
         steps = steps_for(variants["eager"], args.steps, args.min_seconds)
         seconds = interleaved_seconds(variants, steps, args.rounds, 0.0 if gpu else SETTLE)
         times = {k: [t * 1e3 for t in v] for k, v in seconds.items()}
         eager, graph = time_steps_summary(times["eager"]), time_steps_summary(times["graph"])
         torch_s = time_steps_summary(times["torch"]) if "torch" in times else None
+        ratios = [ratio(times, a, b, args.rounds) for a, b in (("eager", "torch"), ("graph", "torch"))]
         print(
             f"{SHAPES[name][1]:36} {fmt(eager):>16} {fmt(graph):>16} {fmt(torch_s):>16} "
-            f"{ratio(eager, torch_s):>11} {ratio(graph, torch_s):>11} {targets.get(name, ''):>7}",
+            f"{ratios[0]:>11} {ratios[1]:>11} {targets.get(name, ''):>7} "
+            f"{ratio(times, 'graph', 'eager', args.rounds):>11}",
             flush=True,
         )
 
@@ -447,8 +455,9 @@ def time_steps_summary(times: list[float]) -> tuple[float, float]:
     return statistics.median(times), min(times)
 
 
-def ratio(ours: tuple[float, float], ref: tuple[float, float] | None) -> str:
-    return "n/a" if ref is None else f"{ours[0] / ref[0]:.2f}"
+def ratio(times: dict[str, list[float]], a: str, b: str, rounds: int) -> str:
+    """``a`` over ``b``, round by round (``timing.paired_ratio``); n/a without ``b``."""
+    return f"{paired_ratio(times[a], times[b], rounds):.2f}" if b in times else "n/a"
 
 
 def fmt(s: tuple[float, float] | None) -> str:
