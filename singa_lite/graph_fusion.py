@@ -1,18 +1,18 @@
-"""Graph mode's rewrites of a recorded training step: pairs of ops that one op runs in fewer
-passes over the activations.
+"""Graph mode's rewrites of a recorded training step: pairs of ops that run in fewer passes
+over the activations when seen together.
 
 Eager mode runs each op as a layer calls it and cannot see the next one; a recorded step
 (``model._Graph``) shows the whole step, so before its first replay the pairs below are
-fused. A rewrite changes both halves of what a replay runs: the pair's two tape entries become
-one (the forward) and the second op's output gets the fused op as its creator (the autograd
-graph that the update step's ``backward`` walks). A pair is fused only where nothing else
-reads the tensor between the two ops: no other op, no update step, no host read and not the
-step's own outputs.
+rewritten, on both halves of what a replay runs: the tape (the forward) and the autograd
+graph that the update step's ``backward`` walks (creators and inputs). A pair is rewritten
+only where nothing else reads the tensor between its two ops: no other op, no update step,
+no host read, and not one of the tensors the caller names (the step's outputs, the model's
+states). The results stay the eager step's, bit for bit.
 
-The pair fused now is a training ``BatchNorm`` followed by ``ReLU``, the body of most CNNs
-(``ops/normalization.py``: with the compiled kernels the ReLU runs inside batch norm's
-normalising pass and its gradient inside the two backward passes, bit for bit the pair's
-results).
+- A training ``BatchNorm`` and the ``ReLU`` after it become one ``BatchNorm`` with ``relu``
+  (``ops/normalization.py``: with the compiled kernels the ReLU runs inside the normalising
+  pass and its gradient inside the two backward passes).
+- A ``ReLU`` before a ``MaxPool`` moves after it, to run over the pooled array.
 """
 
 from __future__ import annotations
@@ -30,8 +30,8 @@ from singa_lite.tensor import Tensor
 
 
 def fuse(tape: list[TapeEntry], outputs: Any) -> list[TapeEntry]:
-    """``tape`` with each fusable pair rewritten; ``outputs``: what the step returns (any
-    nesting of tuples, lists and dicts), whose tensors stay as they are."""
+    """``tape`` with each pair rewritten; ``outputs``: tensors read outside the tape (any
+    nesting of tuples, lists and dicts of them), which stay as they are."""
     kept = {id(t) for t in _tensors(outputs)}
     for entry in tape:
         if isinstance(entry, autograd.StepCall):
@@ -90,7 +90,7 @@ def _max_pool_first(tape: list, i: int, j: int) -> None:
     (first) maximum, one whose maximum is not sends none either way (only a nan or inf in the
     gradient, times ReLU's 0, can land on another cell of such a window)."""
     relu, pool = tape[i].op, tape[j].op
-    (y,), (z,), (p,) = tape[i].inputs, tape[j].inputs, tape[j].outputs
+    (y,), (p,) = tape[i].inputs, tape[j].outputs  # (the ReLU's old output: read by nothing now)
     recorded = p.creator is not None
     q = Tensor._wrap(p.data, p.device, p.requires_grad, pool if recorded else None, 0)
     if recorded:  # the backward graph rewired as the tape: y -> pool -> q -> relu -> p
@@ -99,7 +99,6 @@ def _max_pool_first(tape: list, i: int, j: int) -> None:
         p.creator, p._index = relu, 0
     tape[i] = OpCall(pool, (y,), (q,))
     tape[j] = OpCall(relu, (q,), (p,))
-    del z  # (the ReLU's old output: read by nothing now)
 
 
 def _training_batch_norm(op: Any) -> bool:
