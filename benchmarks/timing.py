@@ -29,22 +29,24 @@ def interleaved_seconds(
     The machine is shared: a job that starts or ends while one function runs would move its
     times and not the others', so each function's runs are spread over the whole measurement
     instead of taken in one stretch. With ``settle``, the process sleeps that many seconds
-    before each stretch, so that no thread pool of the last one (OpenBLAS's workers spin ~0.1 s
-    after a product, PyTorch's and onnxruntime's threads too) still holds a core when the next
-    starts. The first run of each stretch is not timed.
+    before a stretch (which ones: below), so that no thread pool of the last one (OpenBLAS's
+    workers spin ~0.1 s after a product, PyTorch's and onnxruntime's threads too) still holds
+    a core when the next starts. The first run of each stretch is not timed.
 
     The first function leads every round and the others take their turns forward in even
     rounds and backward in odd ones, so that each of them follows the leader (whose thread
     pools and caches it meets as the leader leaves them) in as many rounds as the others: lead
     with the reference of a different library and compare the rest fairly among themselves.
     With a fixed order, graph mode always ran right after eager mode and eager mode right
-    after PyTorch."""
+    after PyTorch. The pause comes before the leader's stretch and the one after it only: the
+    followers, one library's, run back to back, so that the machine changes least between
+    the stretches compared with each other."""
     times: dict[str, list[float]] = {k: [] for k in fns}
     per = max(1, -(-repeat // rounds))
     lead, *rest = fns.items()
     for r in range(rounds):
-        for k, fn in [lead, *(rest if r % 2 == 0 else rest[::-1])]:
-            if settle:
+        for i, (k, fn) in enumerate([lead, *(rest if r % 2 == 0 else rest[::-1])]):
+            if settle and i < 2:  # the followers, one library, need no pause between them
                 time.sleep(settle)
             fn()
             for _ in range(per):

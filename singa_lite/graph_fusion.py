@@ -12,6 +12,8 @@ states). The results stay the eager step's, bit for bit.
 - A training ``BatchNorm`` and the ``ReLU`` after it become one ``BatchNorm`` with ``relu``
   (``ops/normalization.py``: with the compiled kernels the ReLU runs inside the normalising
   pass and its gradient inside the two backward passes).
+- A ``MatMul`` and the ``BiasAdd`` after it (a ``Linear`` layer), and a ``ReLU`` after
+  that, become one ``Dense`` op (``ops/linalg.py``), the ReLU in place on the product.
 - A ``ReLU`` before a ``MaxPool`` moves after it, to run over the pooled array.
 """
 
@@ -24,6 +26,7 @@ from typing import Any
 from singa_lite import autograd
 from singa_lite.autograd import OpCall, TapeEntry
 from singa_lite.ops.activation import ReLU
+from singa_lite.ops.linalg import BiasAdd, Dense, MatMul
 from singa_lite.ops.normalization import BatchNorm
 from singa_lite.ops.pool import MaxPool
 from singa_lite.tensor import Tensor
@@ -52,7 +55,8 @@ def fuse(tape: list[TapeEntry], outputs: Any) -> list[TapeEntry]:
 
 def _pairs(tape: list, kept: set, first: Callable, second: Callable) -> list[tuple[int, int]]:
     """``(i, j)``: entry ``i``'s op passes ``first``, makes one tensor, which only entry ``j``,
-    whose op passes ``second``, reads, as its one input; both recorded for backward or neither."""
+    whose op passes ``second``, reads, as its first input; both recorded for backward or
+    neither."""
     uses: Counter[int] = Counter()
     makers = {}
     for i, e in enumerate(tape):
@@ -62,9 +66,9 @@ def _pairs(tape: list, kept: set, first: Callable, second: Callable) -> list[tup
                 makers[id(e.outputs[0])] = i
     found = []
     for j, e in enumerate(tape):
-        if not (isinstance(e, OpCall) and len(e.inputs) == 1 and len(e.outputs) == 1 and second(e.op)):
+        if not (isinstance(e, OpCall) and e.inputs and len(e.outputs) == 1 and second(e.op)):
             continue
-        (y,), (z,) = e.inputs, e.outputs
+        y, (z,) = e.inputs[0], e.outputs
         k = makers.get(id(y))
         if k is None or uses[id(y)] != 1 or id(y) in kept or not first(tape[k].op):
             continue
@@ -73,13 +77,28 @@ def _pairs(tape: list, kept: set, first: Callable, second: Callable) -> list[tup
     return found
 
 
-def _batch_norm_relu(tape: list, i: int, j: int) -> None:
-    """BatchNorm -> ReLU as one BatchNorm with ``relu``, making the ReLU's output."""
-    bn_call, (z,) = tape[i], tape[j].outputs
-    bn_call.op.relu = True
+def _relu_inside(tape: list, i: int, j: int) -> None:
+    """An op with a ``relu`` switch (BatchNorm, Dense) -> ReLU as that op with ``relu`` on,
+    making the ReLU's output."""
+    call, (z,) = tape[i], tape[j].outputs
+    call.op.relu = True
     if z.creator is not None:
-        z.creator, z._index = bn_call.op, 0
-    tape[i] = OpCall(bn_call.op, bn_call.inputs, (z,))
+        z.creator, z._index = call.op, 0
+    tape[i] = OpCall(call.op, call.inputs, (z,))
+    tape[j] = None
+
+
+def _dense(tape: list, i: int, j: int) -> None:
+    """MatMul -> BiasAdd as one Dense op on the MatMul's operands and the bias."""
+    mm, add = tape[i], tape[j]
+    (z,), inputs = add.outputs, (*mm.inputs, add.inputs[1])
+    dense = Dense(mm.op, add.op)
+    dense.xp, dense.device = mm.op.xp, mm.op.device
+    if z.creator is not None:  # as Operator.__call__ records an op (the walk narrows needs_grad)
+        dense.inputs, dense.out_meta = inputs, add.op.out_meta
+        dense.needs_grad = tuple(x.requires_grad for x in inputs)
+        z.creator, z._index = dense, 0
+    tape[i] = OpCall(dense, inputs, (z,))
     tape[j] = None
 
 
@@ -105,16 +124,26 @@ def _training_batch_norm(op: Any) -> bool:
     return type(op) is BatchNorm and op.training and not op.relu
 
 
+def _bias_add(op: Any) -> bool:
+    return type(op) is BiasAdd
+
+
+def _dense_without_relu(op: Any) -> bool:
+    return type(op) is Dense and not op.relu
+
+
 def _is(cls: type) -> Callable[[Any], bool]:
     return lambda op: type(op) is cls
 
 
 _RULES: list[tuple[Callable, Callable, Callable]] = [
-    (_training_batch_norm, _is(ReLU), _batch_norm_relu),
+    (_training_batch_norm, _is(ReLU), _relu_inside),
+    (_is(MatMul), _bias_add, _dense),
+    (_dense_without_relu, _is(ReLU), _relu_inside),
     (_is(ReLU), _is(MaxPool), _max_pool_first),
 ]
 """``(first, second, rewrite)``, in this order: a BatchNorm -> ReLU -> MaxPool fuses the first
-pair (no ReLU pass left) rather than moving the ReLU."""
+pair (no ReLU pass left) rather than moving the ReLU, and a Dense takes its ReLU once made."""
 
 
 def _tensors(obj: Any) -> Iterator[Tensor]:

@@ -74,8 +74,30 @@ class Pooled(model.Model):
     train_one_batch = Net.train_one_batch
 
 
+class MLP(model.Model):
+    """Linear -> ReLU twice (both fused into Dense ops), then a Linear whose output a ReLU and
+    an Add both read (a Dense without its ReLU) and a last Linear."""
+
+    reuse = ""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.flat = layer.Flatten()
+        self.fc1, self.fc2, self.fc3, self.fc4 = (layer.Linear(n) for n in (8, 7, 7, 3))
+        self.relu = layer.ReLU()
+        self.add = layer.Add()
+        self.loss = layer.SoftMaxCrossEntropy()
+
+    def forward(self, x: Any) -> Any:
+        h = self.relu(self.fc2(self.relu(self.fc1(self.flat(x)))))
+        h = self.fc3(h)
+        return self.fc4(self.add(self.relu(h), h))
+
+    train_one_batch = Net.train_one_batch
+
+
 def _train(use_graph: bool, reuse: str = "", steps: int = 6) -> tuple[list, dict, Any]:
-    m = Pooled() if reuse == "pooled" else Net(reuse)
+    m = {"pooled": Pooled, "mlp": MLP}.get(reuse, lambda: Net(reuse))()
     m.set_optimizer(opt.SGD(lr=0.05, momentum=0.9))
     tx = tensor.Tensor((6, 2, 6, 6))
     ty = tensor.Tensor((6,), dtype=tensor.int32)
@@ -101,11 +123,11 @@ def _ops(m: Any) -> list[str]:
     return names
 
 
-@pytest.mark.parametrize("reuse", ["", "add", "output", "state", "pooled"])
+@pytest.mark.parametrize("reuse", ["", "add", "output", "state", "pooled", "mlp"])
 def test_fused_steps_train_as_eager_mode_does(reuse: str) -> None:
-    """Graph mode fuses each BN -> ReLU pair whose BN output nothing else reads and moves each
-    such ReLU after its max pool, and trains bit for bit as eager mode: losses, params,
-    running statistics."""
+    """Graph mode fuses each BN -> ReLU pair whose BN output nothing else reads, moves each
+    such ReLU after its max pool, makes each Linear (and such a ReLU) one Dense op, and trains
+    bit for bit as eager mode: losses, params, running statistics."""
     eager_losses, eager_states, _ = _train(False, reuse)
     graph_losses, graph_states, m = _train(True, reuse)
     np.testing.assert_array_equal(graph_losses, eager_losses)
@@ -113,6 +135,18 @@ def test_fused_steps_train_as_eager_mode_does(reuse: str) -> None:
         np.testing.assert_array_equal(graph_states[k], eager_states[k], err_msg=k)
     assert eager_losses[-1] < eager_losses[0]
     names = _ops(m)
+    if reuse == "mlp":
+        assert names == [
+            "Flatten",
+            "Dense+relu",
+            "Dense+relu",
+            "Dense",
+            "ReLU",
+            "Add",
+            "Dense",
+            "SoftMaxCrossEntropy",
+        ]
+        return
     if reuse == "pooled":
         assert names[:6] == ["Conv2d", "MaxPool", "ReLU", "Conv2d", "MaxPool", "ReLU"]
         assert names[6:8] == ["ReLU", "AvgPool"]

@@ -15,6 +15,7 @@ from singa_lite.autograd import Operator
 from singa_lite.errors import ShapeError
 from singa_lite.ops import window
 from singa_lite.ops._util import column_sums, unbroadcast
+from singa_lite.ops.activation import relu_grad, relu_in_place
 from singa_lite.ops.elementwise import Add
 from singa_lite.tensor import Tensor
 
@@ -114,6 +115,35 @@ class BiasAdd(Add):
             return super().backward(dy)
         db = column_sums(self.xp, dy.reshape(-1, dy.shape[-1])) if self.needs_grad[1] else None
         return dy, db
+
+
+class Dense(Operator):
+    """``a @ b + bias``, with a ReLU after it where ``relu``: a ``Linear`` layer's ``MatMul``
+    and ``BiasAdd`` (and the ``ReLU`` after it) as one op, which graph mode makes of the
+    recorded ops (``singa_lite/graph_fusion.py``) and whose forwards and backwards it runs in
+    turn, bit for bit theirs. Saved: the dispatch and the backward walk of the ops it holds,
+    and the ReLU's output array: the ReLU runs in place, on the product, which nothing else
+    reads (``MatMul`` keeps its operands, ``BiasAdd`` the shapes)."""
+
+    def __init__(self, matmul: MatMul, bias_add: BiasAdd, relu: bool = False) -> None:
+        super().__init__("dense")
+        self.matmul, self.bias_add, self.relu = matmul, bias_add, relu
+
+    def forward(self, a: Any, b: Any, bias: Any) -> Any:
+        xp = self.matmul.xp = self.bias_add.xp = self.xp
+        y = self.bias_add.forward(self.matmul.forward(a, b), bias)
+        if self.relu:
+            y = self.y = relu_in_place(xp, y)
+        return y
+
+    def backward(self, dy: Any) -> tuple:
+        if self.relu:
+            dy = relu_grad(self.xp, self.y, dy)
+        self.bias_add.needs_grad = (True, self.needs_grad[2])
+        dz, dbias = self.bias_add.backward(dy)
+        self.matmul.needs_grad = self.needs_grad[:2]
+        da, db = self.matmul.backward(dz)
+        return da, db, dbias
 
 
 class Gemm(Operator):
