@@ -89,13 +89,6 @@ def relu_array(xp: Any, x: Any) -> Any:
     return xp.maximum(x, 0)
 
 
-def relu_in_place(xp: Any, x: Any) -> Any:
-    """``relu_array(xp, x)`` written into ``x``, an array nothing else reads; returns it."""
-    if x.dtype.kind == "f" and x.flags.c_contiguous and cpu_kernels.usable(xp, x):
-        return cpu_kernels.activation.relu_(x)
-    return xp.maximum(x, 0, out=x)
-
-
 def relu_grad(xp: Any, y: Any, dy: Any) -> Any:
     """``dy`` where ReLU's output ``y`` is positive, else 0 (``dy`` times the mask)."""
     if cpu_kernels.usable(xp, y, dy):  # one pass, no bool mask

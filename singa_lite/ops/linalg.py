@@ -7,6 +7,7 @@ the general bookkeeping.
 
 from __future__ import annotations
 
+import math
 import string
 from typing import Any
 
@@ -15,7 +16,8 @@ from singa_lite.autograd import Operator
 from singa_lite.errors import ShapeError
 from singa_lite.ops import window
 from singa_lite.ops._util import column_sums, unbroadcast
-from singa_lite.ops.activation import relu_grad, relu_in_place
+from singa_lite.ops.activation import relu_grad
+from singa_lite.ops.conv_infer import clamp_
 from singa_lite.ops.elementwise import Add
 from singa_lite.tensor import Tensor
 
@@ -133,7 +135,7 @@ class Dense(Operator):
         xp = self.matmul.xp = self.bias_add.xp = self.xp
         y = self.bias_add.forward(self.matmul.forward(a, b), bias)
         if self.relu:
-            y = self.y = relu_in_place(xp, y)
+            y = self.y = clamp_(xp, y, (0.0, math.inf))  # np.maximum(y, 0)'s bits, in place
         return y
 
     def backward(self, dy: Any) -> tuple:

@@ -344,14 +344,6 @@ def relu(x: np.ndarray) -> np.ndarray:
     return y
 
 
-def relu_(x: np.ndarray) -> np.ndarray:
-    """``relu`` written into the C-contiguous ``x`` itself (each element read before it is
-    written); returns ``x``."""
-    x1 = x.reshape(-1)
-    _relu_into(x.size, x1, x1)
-    return x
-
-
 # -- piecewise-linear activations ---------------------------------------------------------------
 # NumPy's ReLU and clip backward, ``dy * mask``, make a bool array and then multiply float by
 # bool through a casting loop; its hard sigmoid makes three temporaries. Each loop here is one
