@@ -3,6 +3,7 @@ untimed ones (first-call allocations, BLAS thread start, compiled kernels loadin
 
 from __future__ import annotations
 
+import math
 import statistics
 import time
 from collections.abc import Callable
@@ -21,7 +22,11 @@ def median_seconds(fn: Callable[[], object], repeat: int, warmup: int = 1) -> fl
 
 
 def interleaved_seconds(
-    fns: dict[str, Callable[[], object]], repeat: int, rounds: int, settle: float = 0.0
+    fns: dict[str, Callable[[], object]],
+    repeat: int,
+    rounds: int,
+    settle: float = 0.0,
+    turn: int | None = None,
 ) -> dict[str, list[float]]:
     """Wall times in seconds of ``repeat`` runs of each of ``fns``, taken in ``rounds`` rounds,
     each round a stretch of ``repeat / rounds`` runs of every function in turn.
@@ -40,30 +45,74 @@ def interleaved_seconds(
     With a fixed order, graph mode always ran right after eager mode and eager mode right
     after PyTorch. The pause comes before the leader's stretch and the one after it only: the
     followers, one library's, run back to back, so that the machine changes least between
-    the stretches compared with each other."""
+    the stretches compared with each other.
+
+    With ``turn``, the followers split their stretches into turns of ``turn`` timed runs (the
+    round's runs rounded up to whole turns), taken one turn each in alternate orders, the
+    first turn of a round after one untimed run: two followers' turns, a few tenths of a
+    second apart, compare with ``paired_ratio(a, b, rounds * turns)``. Only for functions of
+    one library, whose thread pools are the same (see ``docs/performance.md``, Measuring)."""
     times: dict[str, list[float]] = {k: [] for k in fns}
     per = max(1, -(-repeat // rounds))
+    turns = 1 if turn is None else turns_in(repeat, rounds, turn)
+    per_turn = -(-per // turns)
     lead, *rest = fns.items()
     for r in range(rounds):
-        for i, (k, fn) in enumerate([lead, *(rest if r % 2 == 0 else rest[::-1])]):
-            if settle and i < 2:  # the followers, one library, need no pause between them
-                time.sleep(settle)
-            fn()
-            for _ in range(per):
-                t0 = time.perf_counter()
-                fn()
-                times[k].append(time.perf_counter() - t0)
+        if settle:
+            time.sleep(settle)
+        _stretch(*lead, per_turn * turns, times)
+        followers = rest if r % 2 == 0 else rest[::-1]
+        for t in range(turns):
+            for i, (k, fn) in enumerate(followers if turn is None or t % 2 == 0 else followers[::-1]):
+                if settle and t == 0 and i == 0:  # the followers, one library, need no pause between them
+                    time.sleep(settle)
+                _stretch(k, fn, per_turn, times, warm=t == 0)
     return times
+
+
+def turns_in(repeat: int, rounds: int, turn: int) -> int:
+    """How many turns of ``turn`` runs ``interleaved_seconds`` splits a round's runs into."""
+    return -(-max(1, -(-repeat // rounds)) // turn)
+
+
+def _stretch(
+    key: str, fn: Callable[[], object], runs: int, times: dict[str, list[float]], warm: bool = True
+) -> None:
+    """One untimed run of ``fn`` (with ``warm``), then ``runs`` timed ones into ``times[key]``."""
+    if warm:
+        fn()
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        fn()
+        times[key].append(time.perf_counter() - t0)
 
 
 def paired_ratio(a: list[float], b: list[float], rounds: int) -> float:
     """The median over rounds of ``a``'s median over ``b``'s in the same round, for the times
     ``interleaved_seconds`` took in ``rounds`` rounds: each round's two stretches ran a second
     apart, so a change of the machine's speed between rounds, which moves the two overall
-    medians apart by chance, cancels in each round's ratio."""
-    per = len(a) // rounds
+    medians apart by chance, cancels in each round's ratio. For two followers that took
+    turns, pass the number of turns as ``rounds``: their turns ran closer still."""
+    return statistics.median(group_ratios(a, b, rounds))
+
+
+def group_ratios(a: list[float], b: list[float], groups: int) -> list[float]:
+    """``a``'s median over ``b``'s in each of ``groups`` equal groups of runs (rounds or turns)."""
+    per = len(a) // groups
     assert per > 0 and len(b) == len(a), "times from one interleaved_seconds call"
-    return statistics.median(
-        statistics.median(a[r * per : (r + 1) * per]) / statistics.median(b[r * per : (r + 1) * per])
-        for r in range(rounds)
-    )
+    return [
+        statistics.median(a[i * per : (i + 1) * per]) / statistics.median(b[i * per : (i + 1) * per])
+        for i in range(groups)
+    ]
+
+
+def median_interval(values: list[float]) -> tuple[float, float]:
+    """A 95% confidence interval of the median of ``values``, from their order statistics
+    (none about their distribution: the sign test's ranks ``n/2 - 0.98 sqrt(n)`` and
+    ``1 + n/2 + 0.98 sqrt(n)``, rounded outwards), the whole range for fewer than 6 values."""
+    v = sorted(values)
+    n = len(v)
+    half = 0.98 * math.sqrt(n)
+    lo = max(1, math.floor(n / 2 - half))
+    hi = min(n, math.ceil(1 + n / 2 + half))
+    return v[lo - 1], v[hi - 1]

@@ -1,23 +1,25 @@
 """One training step (forward + backward + SGD-momentum update) in singa_lite and PyTorch CPU.
 
-    python benchmarks/training.py [--steps 30] [--rounds 10] [--min-seconds 2.0]
+    python benchmarks/training.py [--steps 60] [--rounds 10] [--min-seconds 6.0]
                                   [--only mlp,cnn,resnet20,lstm,gpt,mobilenet] [--device cpu|gpu]
 
 Runs each workload in singa_lite eager mode, singa_lite graph mode and, where installed,
 PyTorch CPU, in this one process with the same thread count, and prints the median and minimum
 milliseconds per step, the singa_lite/PyTorch ratios (below 1.0: singa_lite is faster) and
-graph mode's over eager mode's. A ratio is the median over rounds of the two sides' medians
-in that round (``timing.paired_ratio``): the machine's speed changes between rounds and moves
-the overall medians apart by chance (one MLP run: graph 3.88 against eager 3.31 ms overall,
-graph/eager 0.92 round by round, graph/torch 1.16 overall). The
-three take their steps in turns (``--rounds``, a stretch of steps each per round, PyTorch
-first and the two modes after it in alternate orders), so that
-a change in the shared machine's load falls on all of them; ten rounds by default (with three,
-graph mode came out 3-7% slower than eager in a third of the rows, by the machine's noise:
-LeNet 48.2 against 46.6 ms at 30 steps in 3 rounds, 44.0 against 44.7 at 200 in 10). A
-workload whose ``--steps`` take less than ``--min-seconds`` (2.0) gets as many more steps as
-that needs: 30 steps of the 4 ms MLP are 120 ms, which one burst of the machine's load covers
-(graph/torch 0.91 and 1.11 in two 30-step runs, 0.77-0.80 in three of 300 steps in 10 rounds).
+graph mode's over eager mode's. The three take their steps in turns (``--rounds``, a stretch
+of steps each per round, PyTorch first and the two modes after it in alternate orders), so
+that a change in the shared machine's load falls on all of them. A ratio to PyTorch is the
+median over rounds of the two sides' medians in that round (``timing.paired_ratio``): the
+machine's speed changes between rounds and moves the overall medians apart by chance (one
+MLP run: graph 3.88 against eager 3.31 ms overall, graph/torch 1.16 overall, graph/eager 0.92
+round by round). The two modes split their stretch into turns of about 0.1 s each
+(``TURN_SECONDS``), eager and graph in alternate orders, and graph/eager is the median over
+turns: two modes that differ by 1-3% (what a replay saves of a step that is mostly matrix
+products) were 5% apart either way in two stretches a second apart (the GPT's graph/eager
+0.96-1.05 in three runs), 0.95-0.99 in turns. A workload whose ``--steps`` take less than
+``--min-seconds`` (6.0) gets as many more steps as that needs: 30 steps of the 4 ms MLP are
+120 ms, which one burst of the machine's load covers (graph/torch 0.91 and 1.11 in two 30-step
+runs, 0.77-0.80 in three of 300 steps in 10 rounds).
 The ``gpt`` workload is ``examples/gpt.py``'s model (4 pre-norm blocks, 4 heads, width 128,
 causal attention over 128 characters, batch 16) with its update: AdamW after clipping the
 gradients to a global norm of 1, biases and norm parameters exempt from weight decay.
@@ -45,7 +47,7 @@ from singa_lite.backend.cpu_kernels import threads as cpu_threads
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # mobile_nets.py beside this file
 import mobile_nets
 import setting
-from timing import interleaved_seconds, paired_ratio
+from timing import group_ratios, interleaved_seconds, median_interval, paired_ratio, turns_in
 
 THREADS = int(os.environ.get("BENCH_THREADS", os.cpu_count() or 1))
 GPT_VOCAB = 58  # the characters of the text examples/gpt.py trains on
@@ -206,6 +208,8 @@ def time_steps(step: Callable[[], None], steps: int, warmup: int = 3) -> list[fl
 
 SETTLE = 0.5
 """Seconds of sleep before each stretch of steps (``timing.interleaved_seconds``)."""
+TURN_SECONDS = 0.1
+"""About how long each of eager and graph mode runs before the other takes its turn."""
 
 
 def bench_singa(name: str, use_graph: bool, steps: int, gpu: bool = False) -> list[float]:
@@ -377,14 +381,14 @@ def torch_step(name: str, gpu: bool = False) -> Callable[[], None] | None:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--steps", type=int, default=30, help="timed steps of each variant")
+    p.add_argument("--steps", type=int, default=60, help="timed steps of each variant")
     p.add_argument(
         "--rounds", type=int, default=10, help="the steps are taken in this many rounds, the variants in turn"
     )
     p.add_argument(
         "--min-seconds",
         type=float,
-        default=2.0,
+        default=6.0,
         help="more steps for a workload whose --steps take less than this many seconds",
     )
     p.add_argument("--only", default="mlp,cnn,resnet20,lstm,gpt,mobilenet")
@@ -402,7 +406,7 @@ def main() -> None:
     print(f"device: {args.device}; {setting.describe(THREADS, tuned)}")
     header = (
         f"{'workload':36} {'eager ms (min)':>16} {'graph ms (min)':>16} {'torch ms (min)':>16} "
-        f"{'eager/torch':>11} {'graph/torch':>11} {'target':>7} {'graph/eager':>11}"
+        f"{'eager/torch':>11} {'graph/torch':>11} {'target':>7} {'graph/eager (95%)':>21}"
     )
     print(header)
     print("-" * len(header))
@@ -414,16 +418,22 @@ def main() -> None:
         variants = {} if reference is None else {"torch": reference}
         variants |= {"eager": singa_step(name, False, gpu), "graph": singa_step(name, True, gpu)}
         # on a GPU no BLAS pool spins between steps: no pause
-        steps = steps_for(variants["eager"], args.steps, args.min_seconds)
-        seconds = interleaved_seconds(variants, steps, args.rounds, 0.0 if gpu else SETTLE)
+        one = step_seconds(variants["eager"])
+        steps = steps_for(one, args.steps, args.min_seconds)
+        # After PyTorch the two modes take turns of about TURN_SECONDS each: graph/eager
+        # compares turns a few tenths of a second apart, not two stretches a second or more
+        # apart. Without PyTorch, eager mode leads instead and the modes pair by round.
+        turn = max(1, round(TURN_SECONDS / one)) if reference is not None else None
+        seconds = interleaved_seconds(variants, steps, args.rounds, 0.0 if gpu else SETTLE, turn)
         times = {k: [t * 1e3 for t in v] for k, v in seconds.items()}
+        mode_groups = args.rounds * (1 if turn is None else turns_in(steps, args.rounds, turn))
         eager, graph = time_steps_summary(times["eager"]), time_steps_summary(times["graph"])
         torch_s = time_steps_summary(times["torch"]) if "torch" in times else None
         ratios = [ratio(times, a, b, args.rounds) for a, b in (("eager", "torch"), ("graph", "torch"))]
         print(
             f"{SHAPES[name][1]:36} {fmt(eager):>16} {fmt(graph):>16} {fmt(torch_s):>16} "
             f"{ratios[0]:>11} {ratios[1]:>11} {targets.get(name, ''):>7} "
-            f"{ratio(times, 'graph', 'eager', args.rounds):>11}",
+            f"{modes_ratio(times, mode_groups):>21}",
             flush=True,
         )
 
@@ -442,13 +452,17 @@ def set_threads(n: int) -> None:
     cpu_threads.set_num_threads(n)
 
 
-def steps_for(step: Callable[[], None], steps: int, min_seconds: float) -> int:
-    """``steps``, or more where ``steps`` of ``step`` (timed once) take less than
-    ``min_seconds``: as many as take that long."""
+def step_seconds(step: Callable[[], None]) -> float:
+    """The seconds one call of ``step`` takes (timed once)."""
     t0 = time.perf_counter()
     step()
-    one = time.perf_counter() - t0
-    return steps if one * steps >= min_seconds else math.ceil(min_seconds / max(one, 1e-6))
+    return max(time.perf_counter() - t0, 1e-6)
+
+
+def steps_for(one: float, steps: int, min_seconds: float) -> int:
+    """``steps``, or more where ``steps`` of a step taking ``one`` second take less than
+    ``min_seconds``: as many as take that long."""
+    return steps if one * steps >= min_seconds else math.ceil(min_seconds / one)
 
 
 def time_steps_summary(times: list[float]) -> tuple[float, float]:
@@ -458,6 +472,14 @@ def time_steps_summary(times: list[float]) -> tuple[float, float]:
 def ratio(times: dict[str, list[float]], a: str, b: str, rounds: int) -> str:
     """``a`` over ``b``, round by round (``timing.paired_ratio``); n/a without ``b``."""
     return f"{paired_ratio(times[a], times[b], rounds):.2f}" if b in times else "n/a"
+
+
+def modes_ratio(times: dict[str, list[float]], groups: int) -> str:
+    """Graph mode over eager mode, turn by turn (or round by round), with a 95% confidence
+    interval of that median (``timing.median_interval``)."""
+    each = group_ratios(times["graph"], times["eager"], groups)
+    lo, hi = median_interval(each)
+    return f"{statistics.median(each):.2f} ({lo:.2f}-{hi:.2f})"
 
 
 def fmt(s: tuple[float, float] | None) -> str:

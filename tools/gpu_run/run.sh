@@ -41,9 +41,9 @@ echo "pytest exit $?" >> "$OUT/pytest_gpu.txt"
 wait $NODE; echo "node exit $?" >> "$OUT/onnx_node_cuda.txt"
 
 stamp "benchmarks"
-{ timeout -k 5 100 $PY benchmarks/training.py --device gpu --steps 30; echo "training exit $?"
+{ timeout -k 5 100 $PY benchmarks/training.py --device gpu --steps 30 --min-seconds 2; echo "training exit $?"
   echo "-- the same with the CUDA RawKernels on (SINGA_LITE_RAW_KERNELS=1)"
-  SINGA_LITE_RAW_KERNELS=1 timeout -k 5 50 $PY benchmarks/training.py --device gpu --steps 30 --only mlp,cnn,resnet20,mobilenet
+  SINGA_LITE_RAW_KERNELS=1 timeout -k 5 50 $PY benchmarks/training.py --device gpu --steps 30 --min-seconds 2 --only mlp,cnn,resnet20,mobilenet
   echo "raw-kernels training exit $?"
   timeout -k 5 50 $PY benchmarks/checkpoint_io.py --device gpu --repeat 3; echo "checkpoint exit $?"
   timeout -k 5 50 $PY benchmarks/onnx_inference.py --device gpu --repeat 10; echo "onnx exit $?"
