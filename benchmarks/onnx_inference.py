@@ -1,15 +1,18 @@
 """Batch-1 inference latency of ONNX models run through ``sonnx.prepare`` against onnxruntime.
 
-    python benchmarks/onnx_inference.py [--repeat 20] [--threads 0] [--models resnet50,vgg19]
+    python benchmarks/onnx_inference.py [--repeat 40] [--threads 0] [--models resnet50,vgg19]
                                         [--device cpu|gpu]
 
-Both run in this one process on the same input, on the CPU by default, taking turns in four
-stretches of runs, so that a change in the shared machine's load falls on both. The models are
+Both run in this one process on the same input, on the CPU by default, taking turns in eight
+stretches of runs, so that a change in the shared machine's load falls on both; the ratio is
+the median over the eight rounds of the two sides' medians in the round
+(``timing.paired_ratio``, as ``training.py``'s: with four stretches and the overall medians,
+SqueezeNet's ratio was 1.66-2.00 in six runs of the same code). The models are
 onnx's nine "light" model-zoo CNNs shipped in the ``onnx`` wheel (real architectures with
 constant weights) at their 224x224 batch-1 input, and MobileNetV2 and ShuffleNetV2
 (``mobile_nets.py``: random weights, exported from PyTorch at run time; skipped without
 PyTorch). Each model is run once to warm up, then ``--repeat`` times (and once untimed per
-stretch); the median is reported. ``--threads N`` runs both on ``N`` threads (onnxruntime's
+stretch); the medians are reported. ``--threads N`` runs both on ``N`` threads (onnxruntime's
 intra-op pool; singa_lite's BLAS and compiled kernels); 0 leaves each its default (all cores).
 Target: within 2x of onnxruntime for every model.
 
@@ -39,7 +42,7 @@ from singa_lite.sonnx import prepare
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # mobile_nets.py beside this file
 import setting
-from timing import interleaved_seconds
+from timing import interleaved_seconds, paired_ratio
 
 LIGHT_DIR = os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data", "light")
 
@@ -106,7 +109,7 @@ def mobile_models(folder: str) -> list[str]:
 
 def bench(
     path: str, repeat: int, threads: int, dev: device.Device, ort_cuda: bool
-) -> tuple[str, float, float, float]:
+) -> tuple[str, float, float, float, float]:
     model = onnx.load(path)
     name, x = input_of(model)
     rep = prepare(model, dev)
@@ -121,20 +124,26 @@ def bench(
     ours = rep.run([feed])[0].numpy()
     ref = ort_result()
     err = float(np.abs(ours - ref).max() / max(float(np.abs(ref).max()), 1e-30))
-    # The two take turns in four stretches of runs, the first run of each untimed (it finds the
-    # caches holding the other's weights); with more than one CPU thread, after a pause in
-    # which the other's thread pool stops spinning (timing.interleaved_seconds).
+    # The two take turns in ROUNDS stretches of runs each, the first run of a stretch untimed
+    # (it finds the caches holding the other's weights); with more than one CPU thread, after a
+    # pause in which the other's thread pool stops spinning (timing.interleaved_seconds). The
+    # ratio is paired round by round (timing.paired_ratio).
     settle = 0.0 if threads == 1 or dev.is_gpu() else 0.5
-    times = interleaved_seconds({"singa": singa, "ort": ort_run}, repeat, 4, settle)
+    times = interleaved_seconds({"singa": singa, "ort": ort_run}, repeat, ROUNDS, settle)
     t_singa, t_ort = (statistics.median(times[k]) for k in ("singa", "ort"))
-    return os.path.basename(path)[len("light_") : -len(".onnx")], t_singa, t_ort, err
+    ratio = paired_ratio(times["singa"], times["ort"], ROUNDS)
+    return os.path.basename(path)[len("light_") : -len(".onnx")], t_singa, t_ort, ratio, err
+
+
+ROUNDS = 8
+"""Stretches of runs each side takes, in turns."""
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--repeat", type=int, default=20)
+    parser.add_argument("--repeat", type=int, default=40)
     parser.add_argument("--threads", type=int, default=0)
     parser.add_argument("--models", default="", help="comma-separated subset (default: all nine)")
     parser.add_argument("--device", choices=("cpu", "gpu"), default="cpu")
@@ -161,9 +170,9 @@ def main() -> None:
     light: list[float] = []
     mobile: list[float] = []
     for path in paths:
-        name, ts, to, err = bench(path, args.repeat, args.threads, dev, ort_cuda)
-        (mobile if name in MOBILE else light).append(ts / to)
-        print(f"{name:<14}{ts * 1e3:>15.2f}{to * 1e3:>16.2f}{ts / to:>8.2f}{err:>13.1e}", flush=True)
+        name, ts, to, ratio, err = bench(path, args.repeat, args.threads, dev, ort_cuda)
+        (mobile if name in MOBILE else light).append(ratio)
+        print(f"{name:<14}{ts * 1e3:>15.2f}{to * 1e3:>16.2f}{ratio:>8.2f}{err:>13.1e}", flush=True)
     where = f" (singa_lite {dev} vs onnxruntime {ort_where})" if gpu else ""
     if light:
         geomean = float(np.exp(np.mean(np.log(light))))
