@@ -16,7 +16,7 @@ round by round). The two modes split their stretch into turns of about 0.1 s eac
 (``TURN_SECONDS``), eager and graph in alternate orders, and graph/eager is the median over
 turns: two modes that differ by 1-3% (what a replay saves of a step that is mostly matrix
 products) were 5% apart either way in two stretches a second apart (the GPT's graph/eager
-0.96-1.05 in three runs), 0.95-0.99 in turns. A workload whose ``--steps`` take less than
+0.96-1.05 in three runs), 0.97-0.99 in turns. A workload whose ``--steps`` take less than
 ``--min-seconds`` (6.0) gets as many more steps as that needs: 30 steps of the 4 ms MLP are
 120 ms, which one burst of the machine's load covers (graph/torch 0.91 and 1.11 in two 30-step
 runs, 0.77-0.80 in three of 300 steps in 10 rounds).
