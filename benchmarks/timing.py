@@ -92,7 +92,8 @@ def paired_ratio(a: list[float], b: list[float], rounds: int) -> float:
     ``interleaved_seconds`` took in ``rounds`` rounds: each round's two stretches ran a second
     apart, so a change of the machine's speed between rounds, which moves the two overall
     medians apart by chance, cancels in each round's ratio. For two followers that took
-    turns, pass the number of turns as ``rounds``: their turns ran closer still."""
+    turns, pass all their turns (``rounds * turns_in(...)``) as ``rounds``: two turns ran
+    closer together still."""
     return statistics.median(group_ratios(a, b, rounds))
 
 
