@@ -124,10 +124,6 @@ def _training_batch_norm(op: Any) -> bool:
     return type(op) is BatchNorm and op.training and not op.relu
 
 
-def _bias_add(op: Any) -> bool:
-    return type(op) is BiasAdd
-
-
 def _dense_without_relu(op: Any) -> bool:
     return type(op) is Dense and not op.relu
 
@@ -138,7 +134,7 @@ def _is(cls: type) -> Callable[[Any], bool]:
 
 _RULES: list[tuple[Callable, Callable, Callable]] = [
     (_training_batch_norm, _is(ReLU), _relu_inside),
-    (_is(MatMul), _bias_add, _dense),
+    (_is(MatMul), _is(BiasAdd), _dense),
     (_dense_without_relu, _is(ReLU), _relu_inside),
     (_is(ReLU), _is(MaxPool), _max_pool_first),
 ]

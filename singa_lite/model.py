@@ -19,8 +19,9 @@ is recorded again.
 
 Before its first replay the record is rewritten where one op does the work of two in fewer
 passes over the activations (``singa_lite/graph_fusion.py``): a training BatchNorm and the ReLU
-after it become one op, a ReLU before a max pool moves after it. Eager mode, which sees one op
-at a time, cannot; the results stay equal to eager mode's, bit for bit.
+after it become one op, a Linear layer's MatMul and BiasAdd (and a ReLU after them) one Dense
+op, and a ReLU before a max pool moves after it. Eager mode, which sees one op at a time,
+cannot; the results stay equal to eager mode's, bit for bit.
 """
 
 from __future__ import annotations
